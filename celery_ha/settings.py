@@ -1,0 +1,133 @@
+"""Settings read from the environment (or Django settings), validated once, with documented defaults.
+
+Every knob has an environment variable. A bad value raises :class:`ConfigurationError` naming the
+variable, so a worker fails at start-up with one clear line instead of misbehaving later.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .errors import ConfigurationError
+
+_NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def _django_setting(name: str) -> Any:
+    """Return a Django setting when Django is configured, else None (Django is optional)."""
+    try:
+        from django.conf import settings as dj  # type: ignore[import-not-found]
+
+        if dj.configured:
+            return getattr(dj, name, None)
+    except Exception:  # Django absent or not configured: environment only.
+        return None
+    return None
+
+
+def raw_setting(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The raw string of a setting: environment first, then Django settings."""
+    source = os.environ if env is None else env
+    value = source.get(name)
+    if value is None or value == "":
+        dj = _django_setting(name) if env is None else None
+        return None if dj is None else str(dj)
+    return value
+
+
+def _number(kind: Callable[[str], Any], minimum: float, maximum: float) -> Callable[[str, str], Any]:
+    def parse(name: str, text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise ConfigurationError(f"{name}={text!r} is not a {kind.__name__}") from None
+        if not (minimum <= value <= maximum):
+            raise ConfigurationError(f"{name}={text!r} must be between {minimum} and {maximum}")
+        return value
+
+    return parse
+
+
+def _namespace(name: str, text: str) -> str:
+    if not _NAMESPACE_RE.match(text):
+        raise ConfigurationError(f"{name}={text!r} must be 1-64 characters of letters, digits, '_', '.', '-'")
+    return text
+
+
+def _rate(name: str, text: str) -> tuple[int, float]:
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)\s*", text)
+    if not match or int(match.group(1)) < 1 or float(match.group(2)) <= 0:
+        raise ConfigurationError(f"{name}={text!r} must look like '5/60' (requests per seconds)")
+    return int(match.group(1)), float(match.group(2))
+
+
+def _text(name: str, text: str) -> str:
+    return text
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated settings. ``from_env`` is the one way to build it from the outside world."""
+
+    redis_url: str | None = None  # CELERY_HA_REDIS_URL; None = embedded Redis started on demand
+    broker_url: str | None = None  # CELERY_BROKER_URL; None = the same Redis as the state layer
+    namespace: str = "default"  # CELERY_HA_NAMESPACE
+    lease_ttl: float = 30.0  # CELERY_HA_LEASE_TTL, seconds
+    heartbeat_interval: float = 5.0  # CELERY_HA_HEARTBEAT_INTERVAL, seconds
+    reclaim_interval: float = 10.0  # CELERY_HA_RECLAIM_INTERVAL, seconds
+    max_attempts: int = 3  # CELERY_HA_MAX_ATTEMPTS
+    max_stalls: int = 3  # CELERY_HA_MAX_STALLS
+    window: int = 0  # CELERY_HA_WINDOW; 0 = 2 x worker concurrency
+    checkpoint_every: int = 50  # CELERY_HA_CHECKPOINT_EVERY, items
+    task_time_limit: float = 600.0  # CELERY_HA_TASK_TIME_LIMIT, seconds (hard limit of a fetch task)
+    visibility_timeout: float = 3600.0  # CELERY_HA_VISIBILITY_TIMEOUT, seconds (Redis broker)
+    proxy_rate: tuple[int, float] = (5, 60.0)  # CELERY_HA_PROXY_RATE, "5/60"
+    data_dir: str = ".celery-ha"  # CELERY_HA_DATA_DIR, embedded Redis files
+
+    _ENV = {
+        "redis_url": ("CELERY_HA_REDIS_URL", _text),
+        "broker_url": ("CELERY_BROKER_URL", _text),
+        "namespace": ("CELERY_HA_NAMESPACE", _namespace),
+        "lease_ttl": ("CELERY_HA_LEASE_TTL", _number(float, 1, 86400)),
+        "heartbeat_interval": ("CELERY_HA_HEARTBEAT_INTERVAL", _number(float, 0.05, 3600)),
+        "reclaim_interval": ("CELERY_HA_RECLAIM_INTERVAL", _number(float, 0.1, 3600)),
+        "max_attempts": ("CELERY_HA_MAX_ATTEMPTS", _number(int, 1, 1000)),
+        "max_stalls": ("CELERY_HA_MAX_STALLS", _number(int, 0, 1000)),
+        "window": ("CELERY_HA_WINDOW", _number(int, 0, 1_000_000)),
+        "checkpoint_every": ("CELERY_HA_CHECKPOINT_EVERY", _number(int, 1, 1_000_000)),
+        "task_time_limit": ("CELERY_HA_TASK_TIME_LIMIT", _number(float, 1, 7 * 86400)),
+        "visibility_timeout": ("CELERY_HA_VISIBILITY_TIMEOUT", _number(float, 1, 30 * 86400)),
+        "proxy_rate": ("CELERY_HA_PROXY_RATE", _rate),
+        "data_dir": ("CELERY_HA_DATA_DIR", _text),
+    }
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            spec = cls._ENV.get(f.name)
+            if spec is None:
+                continue
+            var, parse = spec
+            text = raw_setting(var, env)
+            if text is not None:
+                values[f.name] = parse(var, text.strip())
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        """Cross-field checks (each knob alone was checked while parsing)."""
+        if self.heartbeat_interval >= self.lease_ttl:
+            raise ConfigurationError(
+                f"CELERY_HA_HEARTBEAT_INTERVAL ({self.heartbeat_interval}) must be shorter than "
+                f"CELERY_HA_LEASE_TTL ({self.lease_ttl}), or every lease expires between renewals"
+            )
+
+    def env_names(self) -> dict[str, str]:
+        """Field name -> environment variable, for documentation and error messages."""
+        return {k: v[0] for k, v in self._ENV.items()}

@@ -19,7 +19,7 @@ class QueueKeys:
         p = prefix(namespace)
         self.prefix = p
         self.tasks = p + "tasks"  # hash: id -> JSON record
-        self.ready = p + "ready"  # zset: id, score = priority band + FIFO sequence
+        self.ready_bands = p + "readyp"  # zset: priority bands holding queued tasks, score = -priority
         self.delayed = p + "delayed"  # zset: id, score = due time (ms, Redis clock)
         self.inflight = p + "inflight"  # zset: id, score = dispatch time (ms)
         self.running = p + "running"  # zset: id, score = lease expiry (ms)
@@ -28,13 +28,16 @@ class QueueKeys:
         self.seen = p + "seen"  # set: dedup ids of finished tasks whose record was trimmed or kept
         self.checkpoints = p + "ckpt"  # hash: id -> JSON checkpoint
         self.stats = p + "stats"  # hash: counters
-        self.seq = p + "seq"  # string: FIFO sequence counter
         self.wake = p + "wake"  # list: wake-up tokens for blocked claim_next callers
         self.items = p + "items"  # hash: item key -> JSON item (the Redis sink)
         self.item_log = p + "itemlog"  # list: item keys in commit order (for export)
         self.locks = p + "lock:"  # prefix of short maintenance locks
         self.workers = p + "workers"  # zset: worker name -> last heartbeat (ms)
         self.meta = p + "meta"  # hash: last sweep time and other bookkeeping
+
+    def ready_list(self, priority: int | str) -> str:
+        """List of queued ids of one priority band, FIFO (must match ready_key() in _common.lua)."""
+        return f"{self.prefix}r:{priority}"
 
     def lock(self, name: str) -> str:
         return self.locks + name

@@ -1,0 +1,151 @@
+-- Shared prelude of every task-queue script (pulled in with --#include _common).
+-- KEYS layout, identical for every queue script (celery_ha/queue/taskqueue.py builds it):
+--   1 tasks  2 readyp  3 delayed  4 inflight  5 running  6 dead  7 completed  8 seen
+--   9 ckpt  10 stats  11 wake
+-- ARGV[1] is the namespace prefix, used for the per-priority ready lists (same hash tag).
+-- A record is "<state JSON>\n<payload JSON>": Lua decodes only the small state part; the payload
+-- (url, meta) stays an opaque string, so user JSON is never re-encoded by cjson.
+redis.replicate_commands()
+
+local K_TASKS, K_READYP, K_DELAYED, K_INFLIGHT = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local K_RUNNING, K_DEAD, K_COMPLETED, K_SEEN = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local K_CKPT, K_STATS, K_WAKE = KEYS[9], KEYS[10], KEYS[11]
+local PREFIX = ARGV[1]
+
+-- Redis server time in milliseconds: the only clock any lease, due time or timestamp uses.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function fmt(n)
+  return string.format('%.0f', n)
+end
+
+local function load(id)
+  local raw = redis.call('HGET', K_TASKS, id)
+  if not raw then return nil, nil end
+  local nl = string.find(raw, '\n', 1, true)
+  return cjson.decode(string.sub(raw, 1, nl - 1)), string.sub(raw, nl + 1)
+end
+
+local function save(id, st, payload)
+  redis.call('HSET', K_TASKS, id, cjson.encode(st) .. '\n' .. payload)
+end
+
+local function ready_key(p)
+  return PREFIX .. 'r:' .. p
+end
+
+-- Queue a task in its priority band: at the back (new work, retries) or the front (reclaimed work).
+local function push_ready(id, st, front)
+  local p = st.p or 0
+  if front then
+    redis.call('LPUSH', ready_key(p), id)
+  else
+    redis.call('RPUSH', ready_key(p), id)
+  end
+  redis.call('ZADD', K_READYP, -p, tostring(p))
+  st.s = 'q'
+end
+
+-- Pop the oldest task of the highest non-empty priority band, or nil.
+local function pop_ready()
+  for _ = 1, 64 do
+    local top = redis.call('ZRANGE', K_READYP, 0, 0)
+    if #top == 0 then return nil end
+    local id = redis.call('LPOP', ready_key(top[1]))
+    if id then
+      if redis.call('EXISTS', ready_key(top[1])) == 0 then redis.call('ZREM', K_READYP, top[1]) end
+      return id
+    end
+    redis.call('ZREM', K_READYP, top[1])
+  end
+  return nil
+end
+
+-- Remove one id from its ready band (rare path: a direct claim of a queued task, purge).
+local function unready(id, st)
+  local p = st.p or 0
+  redis.call('LREM', ready_key(p), 1, id)
+  if redis.call('EXISTS', ready_key(p)) == 0 then redis.call('ZREM', K_READYP, tostring(p)) end
+end
+
+local function incr(field, by)
+  if by ~= 0 then redis.call('HINCRBY', K_STATS, field, by) end
+end
+
+local function wake(n)
+  if n > 0 then
+    for _ = 1, math.min(n, 64) do redis.call('RPUSH', K_WAKE, '1') end
+    redis.call('LTRIM', K_WAKE, -64, -1)
+  end
+end
+
+-- Move up to `limit` due retries from delayed to ready. Returns how many moved.
+local function promote_due(now, limit)
+  local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, limit)
+  for _, id in ipairs(due) do
+    redis.call('ZREM', K_DELAYED, id)
+    local st, payload = load(id)
+    if st and st.s == 'w' then
+      st.due = nil
+      push_ready(id, st, false)
+      save(id, st, payload)
+    end
+  end
+  return #due
+end
+
+local function to_dead(id, st, now, reason)
+  st.s = 'x'
+  st.e = reason
+  st.ut = now
+  redis.call('ZADD', K_DEAD, now, id)
+  incr('died', 1)
+end
+
+-- Take a running task back after its holder vanished: counts a stall; dead past max_stalls.
+-- Returns 'q' (queued again) or 'x' (dead).
+local function stall(id, st, payload, now, reason)
+  redis.call('ZREM', K_RUNNING, id)
+  st.st = (st.st or 0) + 1
+  st.w = nil
+  st.ut = now
+  if st.st > (st.ms or 3) then
+    to_dead(id, st, now, 'stalled ' .. st.st .. ' times: ' .. reason)
+  else
+    push_ready(id, st, true)
+  end
+  save(id, st, payload)
+  return st.s
+end
+
+-- The fencing check: the caller's token must be the task's current one, and the task running.
+local function fenced(id, token)
+  local st, payload = load(id)
+  if not st or st.s ~= 'r' or st.k ~= tonumber(token) then return nil, nil end
+  return st, payload
+end
+
+-- Grant a lease on a task that is queued or dispatched. Returns the Lua reply for Python.
+local function grant(id, st, payload, worker, ttl, now)
+  if st.s == 'q' then
+    unready(id, st)
+  elseif st.s == 'd' then
+    redis.call('ZREM', K_INFLIGHT, id)
+  else
+    return nil
+  end
+  st.s = 'r'
+  st.k = (st.k or 0) + 1
+  st.w = worker
+  st.sa = now
+  st.ut = now
+  local expiry = now + ttl
+  redis.call('ZADD', K_RUNNING, fmt(expiry), id)
+  save(id, st, payload)
+  incr('claimed', 1)
+  local ckpt = redis.call('HGET', K_CKPT, id)
+  return {id, st.k, fmt(expiry), cjson.encode(st) .. '\n' .. payload, ckpt}
+end

@@ -1,0 +1,39 @@
+--#include _common
+-- The pump: keep at most `window` tasks dispatched (sent to the broker, not yet claimed).
+-- ARGV: prefix, window, redispatch_after_ms, promote_limit.
+-- 1. promote due retries; 2. re-stamp dispatched tasks never claimed within redispatch_after_ms
+-- (their message was lost) and send them again; 3. move ready tasks to inflight up to the window.
+-- Reply: flat list of {id, name, priority} for which the caller sends one Celery message each.
+local now = now_ms()
+promote_due(now, tonumber(ARGV[4]))
+local out = {}
+local stale = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', now - tonumber(ARGV[3]), 'LIMIT', 0, 1000)
+for _, id in ipairs(stale) do
+  local st = load(id)
+  if st and st.s == 'd' then
+    redis.call('ZADD', K_INFLIGHT, now, id)
+    out[#out + 1] = id
+    out[#out + 1] = st.n
+    out[#out + 1] = st.p or 0
+  else
+    redis.call('ZREM', K_INFLIGHT, id)
+  end
+end
+if #stale > 0 then incr('redispatched', #stale) end
+local room = tonumber(ARGV[2]) - redis.call('ZCARD', K_INFLIGHT)
+while room > 0 do
+  local id = pop_ready()
+  if not id then break end
+  local st, payload = load(id)
+  if st and st.s == 'q' then
+    st.s = 'd'
+    st.ut = now
+    save(id, st, payload)
+    redis.call('ZADD', K_INFLIGHT, now, id)
+    out[#out + 1] = id
+    out[#out + 1] = st.n
+    out[#out + 1] = st.p or 0
+    room = room - 1
+  end
+end
+return out

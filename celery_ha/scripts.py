@@ -44,7 +44,7 @@ class ScriptSet:
             names = sorted(p.stem for p in folder.glob("*.lua") if not p.stem.startswith("_"))
         self._scripts = {n: client.register_script(script_source(str(folder), n)) for n in names}
 
-    def __getattr__(self, name: str):  # noqa: ANN204 - returns a redis-py Script
+    def __getattr__(self, name: str):
         try:
             return self._scripts[name]
         except KeyError:

@@ -69,6 +69,24 @@ def _text(name: str, text: str) -> str:
     return text
 
 
+_ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
+    "redis_url": ("CELERY_HA_REDIS_URL", _text),
+    "broker_url": ("CELERY_BROKER_URL", _text),
+    "namespace": ("CELERY_HA_NAMESPACE", _namespace),
+    "lease_ttl": ("CELERY_HA_LEASE_TTL", _number(float, 1, 86400)),
+    "heartbeat_interval": ("CELERY_HA_HEARTBEAT_INTERVAL", _number(float, 0.05, 3600)),
+    "reclaim_interval": ("CELERY_HA_RECLAIM_INTERVAL", _number(float, 0.1, 3600)),
+    "max_attempts": ("CELERY_HA_MAX_ATTEMPTS", _number(int, 1, 1000)),
+    "max_stalls": ("CELERY_HA_MAX_STALLS", _number(int, 0, 1000)),
+    "window": ("CELERY_HA_WINDOW", _number(int, 0, 1_000_000)),
+    "checkpoint_every": ("CELERY_HA_CHECKPOINT_EVERY", _number(int, 1, 1_000_000)),
+    "task_time_limit": ("CELERY_HA_TASK_TIME_LIMIT", _number(float, 1, 7 * 86400)),
+    "visibility_timeout": ("CELERY_HA_VISIBILITY_TIMEOUT", _number(float, 1, 30 * 86400)),
+    "proxy_rate": ("CELERY_HA_PROXY_RATE", _rate),
+    "data_dir": ("CELERY_HA_DATA_DIR", _text),
+}
+
+
 @dataclass(frozen=True)
 class Settings:
     """Validated settings. ``from_env`` is the one way to build it from the outside world."""
@@ -88,28 +106,12 @@ class Settings:
     proxy_rate: tuple[int, float] = (5, 60.0)  # CELERY_HA_PROXY_RATE, "5/60"
     data_dir: str = ".celery-ha"  # CELERY_HA_DATA_DIR, embedded Redis files
 
-    _ENV = {
-        "redis_url": ("CELERY_HA_REDIS_URL", _text),
-        "broker_url": ("CELERY_BROKER_URL", _text),
-        "namespace": ("CELERY_HA_NAMESPACE", _namespace),
-        "lease_ttl": ("CELERY_HA_LEASE_TTL", _number(float, 1, 86400)),
-        "heartbeat_interval": ("CELERY_HA_HEARTBEAT_INTERVAL", _number(float, 0.05, 3600)),
-        "reclaim_interval": ("CELERY_HA_RECLAIM_INTERVAL", _number(float, 0.1, 3600)),
-        "max_attempts": ("CELERY_HA_MAX_ATTEMPTS", _number(int, 1, 1000)),
-        "max_stalls": ("CELERY_HA_MAX_STALLS", _number(int, 0, 1000)),
-        "window": ("CELERY_HA_WINDOW", _number(int, 0, 1_000_000)),
-        "checkpoint_every": ("CELERY_HA_CHECKPOINT_EVERY", _number(int, 1, 1_000_000)),
-        "task_time_limit": ("CELERY_HA_TASK_TIME_LIMIT", _number(float, 1, 7 * 86400)),
-        "visibility_timeout": ("CELERY_HA_VISIBILITY_TIMEOUT", _number(float, 1, 30 * 86400)),
-        "proxy_rate": ("CELERY_HA_PROXY_RATE", _rate),
-        "data_dir": ("CELERY_HA_DATA_DIR", _text),
-    }
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         values: dict[str, Any] = {}
         for f in fields(cls):
-            spec = cls._ENV.get(f.name)
+            spec = _ENV.get(f.name)
             if spec is None:
                 continue
             var, parse = spec
@@ -130,4 +132,4 @@ class Settings:
 
     def env_names(self) -> dict[str, str]:
         """Field name -> environment variable, for documentation and error messages."""
-        return {k: v[0] for k, v in self._ENV.items()}
+        return {k: v[0] for k, v in _ENV.items()}

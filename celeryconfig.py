@@ -1,0 +1,82 @@
+"""Celery settings for celery-ha (loaded by ``celery_ha.celery_app``).
+
+Everything comes from ``celery_ha.settings.Settings.from_env()`` (CELERY_HA_* variables, documented
+defaults, validated once) plus ``CELERY_BROKER_URL``. Bad values stop the worker at start-up with
+one clear line. Only JSON crosses the broker: messages carry a task id and nothing else.
+"""
+
+from __future__ import annotations
+
+from kombu import Queue
+
+from celery_ha.connection import resolve_redis_url
+from celery_ha.errors import ConfigurationError
+from celery_ha.settings import Settings
+
+_settings = Settings.from_env()
+
+#: Seconds the broker's visibility timeout must exceed the hard task time limit by.
+VISIBILITY_MARGIN = 60.0
+
+if _settings.visibility_timeout <= _settings.task_time_limit + VISIBILITY_MARGIN:
+    raise ConfigurationError(
+        f"CELERY_HA_VISIBILITY_TIMEOUT ({_settings.visibility_timeout:g}s) must exceed "
+        f"CELERY_HA_TASK_TIME_LIMIT ({_settings.task_time_limit:g}s) + {VISIBILITY_MARGIN:g}s, or the "
+        "Redis broker redelivers messages of tasks that are still running"
+    )
+
+# --- broker: the state-layer Redis unless CELERY_BROKER_URL says otherwise
+broker_url = _settings.broker_url or resolve_redis_url(_settings)
+broker_connection_retry_on_startup = True
+broker_transport_options = {"visibility_timeout": _settings.visibility_timeout}
+result_backend = None
+task_ignore_result = True
+
+# --- JSON only (no pickle anywhere)
+accept_content = ["json"]
+task_serializer = "json"
+result_serializer = "json"
+event_serializer = "json"
+result_accept_content = ["json"]
+
+# --- at-least-once delivery; the durable layer makes duplicates harmless
+task_acks_late = True
+task_acks_on_failure_or_timeout = True
+task_reject_on_worker_lost = False  # a dead child is handled by fast failover in Redis instead
+worker_prefetch_multiplier = 1
+worker_cancel_long_running_tasks_on_connection_loss = True
+task_time_limit = _settings.task_time_limit
+task_soft_time_limit = max(1.0, _settings.task_time_limit - min(30.0, _settings.task_time_limit / 10))
+worker_soft_shutdown_timeout = _settings.soft_shutdown_timeout
+
+# --- Flower / monitoring
+worker_send_task_events = True
+task_send_sent_event = True
+
+# --- queues: crawl work and maintenance apart, so a backlog never delays a sweep
+task_default_queue = "crawl"
+task_queues = (Queue("crawl", routing_key="crawl"), Queue("maintenance", routing_key="maintenance"))
+task_routes = {"celery_ha.maintenance.*": {"queue": "maintenance"}}
+
+# --- task modules
+imports = ["tasks.fetch", "tasks.crawl", "tasks.maintenance",
+           *[m.strip() for m in _settings.extra_imports.split(",") if m.strip()]]
+
+# --- beat: maintenance (each job takes a short Redis lock, so two beats are harmless)
+beat_schedule = {
+    "celery-ha-sweep": {
+        "task": "celery_ha.maintenance.sweep",
+        "schedule": _settings.reclaim_interval,
+        "options": {"queue": "maintenance", "expires": max(1.0, _settings.reclaim_interval * 2)},
+    },
+    "celery-ha-dead-letters": {
+        "task": "celery_ha.maintenance.dead_letters",
+        "schedule": 300.0,
+        "options": {"queue": "maintenance", "expires": 600.0},
+    },
+    "celery-ha-proxy-health": {
+        "task": "celery_ha.maintenance.proxy_health",
+        "schedule": 60.0,
+        "options": {"queue": "maintenance", "expires": 120.0},
+    },
+}

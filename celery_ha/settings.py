@@ -84,6 +84,9 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "visibility_timeout": ("CELERY_HA_VISIBILITY_TIMEOUT", _number(float, 1, 30 * 86400)),
     "proxy_rate": ("CELERY_HA_PROXY_RATE", _rate),
     "data_dir": ("CELERY_HA_DATA_DIR", _text),
+    "redispatch_after": ("CELERY_HA_REDISPATCH_AFTER", _number(float, 1, 86400)),
+    "soft_shutdown_timeout": ("CELERY_HA_SOFT_SHUTDOWN_TIMEOUT", _number(float, 0, 86400)),
+    "extra_imports": ("CELERY_HA_EXTRA_IMPORTS", _text),
 }
 
 
@@ -105,6 +108,9 @@ class Settings:
     visibility_timeout: float = 3600.0  # CELERY_HA_VISIBILITY_TIMEOUT, seconds (Redis broker)
     proxy_rate: tuple[int, float] = (5, 60.0)  # CELERY_HA_PROXY_RATE, "5/60"
     data_dir: str = ".celery-ha"  # CELERY_HA_DATA_DIR, embedded Redis files
+    redispatch_after: float = 60.0  # CELERY_HA_REDISPATCH_AFTER, seconds a dispatched task may stay unclaimed
+    soft_shutdown_timeout: float = 10.0  # CELERY_HA_SOFT_SHUTDOWN_TIMEOUT, seconds tasks get on SIGTERM
+    extra_imports: str = ""  # CELERY_HA_EXTRA_IMPORTS, comma-separated task modules for the worker
 
 
     @classmethod

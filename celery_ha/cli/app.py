@@ -1,0 +1,102 @@
+"""The ``celery-ha`` click group: global options, one-line errors, and the command registry."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from .context import CLIContext, check_namespace
+from .errors import EXIT_USAGE, describe, one_line
+
+
+class CeleryHAGroup(click.Group):
+    """A group whose commands never show a traceback: every failure is one masked line on stderr.
+
+    ``invoke`` converts domain and Redis errors (it knows the Redis URL for the message); ``main``
+    renders click's own usage errors on one line too, instead of click's usage block.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except KeyboardInterrupt:
+            raise click.Abort() from None
+        except Exception as exc:
+            if os.environ.get("CELERY_HA_DEBUG"):
+                traceback.print_exc()
+            obj = ctx.find_object(CLIContext)
+            message, code = describe(exc, obj.known_url if obj else None)
+            error = click.ClickException(message)
+            error.exit_code = code
+            raise error from None
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:  # a bare group: show its help, as asked
+            click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
+            sys.exit(EXIT_USAGE)
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
+            click.echo(f"Error: {one_line(exc.format_message())}{hint}", err=True)
+            sys.exit(exc.exit_code if exc.exit_code else EXIT_USAGE)
+        except click.ClickException as exc:
+            click.echo(f"Error: {one_line(exc.format_message())}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted.", err=True)
+            sys.exit(130)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=CeleryHAGroup, context_settings={"help_option_names": ["-h", "--help"],
+                                                   "max_content_width": 100})
+@click.option("--redis-url", envvar="CELERY_HA_REDIS_URL", show_envvar=True, metavar="URL",
+              help="Redis of the state layer (redis://, rediss://, unix://). Default: the embedded Redis, "
+                   "started on demand under .celery-ha/.")
+@click.option("--namespace", "-n", envvar="CELERY_HA_NAMESPACE", show_envvar=True, callback=check_namespace,
+              help="Namespace of keys (cha:{NAMESPACE}:*) to work on.  [default: default]")
+@click.version_option(package_name="celery-ha", prog_name="celery-ha")
+@click.pass_context
+def main(ctx: click.Context, redis_url: str | None, namespace: str | None) -> None:
+    """celery-ha: high-availability crawl orchestration on Celery.
+
+    Durable tasks, leases, checkpoints and a proxy pool live in Redis; Celery carries task ids.
+    With no CELERY_HA_REDIS_URL, every command shares one local Redis started on demand
+    (persistent, in .celery-ha/). Start with `celery-ha demo`, run with `celery-ha up`.
+    """
+    ctx.obj = CLIContext(redis_url_option=redis_url or None, namespace_option=namespace or None)
+
+
+def _register() -> None:
+    """Attach the command modules (imported here so each stays a small, independent file)."""
+    from . import (
+        dead_cmd,
+        demo_cmd,
+        enqueue_cmd,
+        export_cmd,
+        proxies_cmd,
+        purge_cmd,
+        redis_cmd,
+        stats_cmd,
+        task_cmd,
+        up_cmd,
+        workers_cmd,
+    )
+
+    for module in (demo_cmd, up_cmd, enqueue_cmd, stats_cmd, task_cmd, dead_cmd, proxies_cmd, export_cmd,
+                   workers_cmd, purge_cmd, redis_cmd):
+        main.add_command(module.command)
+
+
+_register()

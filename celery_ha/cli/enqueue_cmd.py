@@ -1,0 +1,103 @@
+"""``celery-ha enqueue``: queue URLs from arguments, a file or stdin, and say how many were new."""
+
+from __future__ import annotations
+
+import json
+from typing import IO, Any
+
+import click
+
+from ..errors import InvalidInput
+from ..queue import task_id_for
+from ..validation import PRIORITY_RANGE, check_task_name, check_url
+from .context import CLIContext, pass_cli
+from .kick import kick_pump
+from .render import echo_json, read_lines
+
+
+def _meta(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON ({exc.msg} at char {exc.pos})",
+                                 param_hint="--meta") from None
+    if not isinstance(value, dict):
+        raise click.BadParameter("must be a JSON object, like '{\"source\": \"sitemap\"}'",
+                                 param_hint="--meta")
+    return value
+
+
+def _existing(obj: CLIContext, ids: list[str]) -> set[str]:
+    """Which dedup ids the namespace already knows (live, or finished and remembered)."""
+    keys = obj.queue.keys
+    pipe = obj.client.pipeline(transaction=False)
+    for tid in ids:
+        pipe.hexists(keys.tasks, tid)
+        pipe.sismember(keys.seen, tid)
+    flags = pipe.execute()
+    return {tid for i, tid in enumerate(ids) if flags[2 * i] or flags[2 * i + 1]}
+
+
+@click.command("enqueue")
+@click.argument("urls", nargs=-1, metavar="[URL]...")
+@click.option("-f", "--file", "source", type=click.File("r", encoding="utf-8"), metavar="FILE",
+              help="Read URLs from FILE, one per line ('-' = stdin); blank lines and # comments skipped.")
+@click.option("--task", default="fetch_page", show_default=True, help="Durable task that handles each URL.")
+@click.option("--priority", type=click.IntRange(*PRIORITY_RANGE), default=0, show_default=True,
+              help="Higher runs first.")
+@click.option("--meta", "meta_json", metavar="JSON", help="JSON object stored with every task (ctx.meta).")
+@click.option("--no-dedup", is_flag=True, help="Queue even if the same task+URL was queued before.")
+@click.option("--max-attempts", type=click.IntRange(1, 1000), help="Failures before a task goes to dead.")
+@click.option("--batch-size", type=click.IntRange(1, 10_000), default=1000, show_default=True,
+              help="URLs per Redis round trip.")
+@click.option("--pump/--no-pump", default=True, show_default=True,
+              help="Ask a live worker to dispatch the new tasks now (else the next sweep does).")
+@click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
+@pass_cli
+def command(obj: CLIContext, urls: tuple[str, ...], source: IO[str] | None, task: str, priority: int,
+            meta_json: str | None, no_dedup: bool, max_attempts: int | None, batch_size: int, pump: bool,
+            as_json: bool) -> None:
+    """Queue URLs for crawling: `enqueue URL...` or `enqueue -f FILE`.
+
+    Every URL is checked before anything is written (a bad line names its number and nothing is
+    queued). With dedup (the default) a task+URL already known is counted as a duplicate.
+    """
+    if not urls and source is None:
+        raise click.UsageError("give URLs as arguments or a file with -f FILE (-f - reads stdin)")
+    try:
+        check_task_name(task)
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), param_hint="--task") from None
+    meta = _meta(meta_json)
+    lines: list[tuple[str, str]] = [(f"argument {i}", u) for i, u in enumerate(urls, 1)]
+    if source is not None:
+        name = "stdin" if source.name == "<stdin>" else source.name
+        lines += [(f"{name} line {n}", text) for n, text in read_lines(source)]
+    for where, url in lines:
+        try:
+            check_url(url)
+        except InvalidInput as exc:
+            raise InvalidInput(f"{where}: {exc}") from None
+    dedup = not no_dedup
+    new = 0
+    for start in range(0, len(lines), batch_size):
+        batch = [u for _, u in lines[start:start + batch_size]]
+        if dedup:
+            wanted = [task_id_for(task, u) for u in batch]
+            known = _existing(obj, list(dict.fromkeys(wanted)))
+        specs = [{"url": u, "task": task, "priority": priority, "meta": meta, "dedup": dedup,
+                  "max_attempts": max_attempts} for u in batch]
+        ids = obj.queue.enqueue_many(specs, batch_size=batch_size)
+        new += len(set(ids) - known) if dedup else len(ids)
+    broker = obj.settings.broker_url or obj.redis_url
+    kicked = bool(new and pump
+                  and kick_pump(obj.client, obj.namespace, broker, max_age=obj.settings.lease_ttl))
+    result = {"namespace": obj.namespace, "task": task, "submitted": len(lines), "new": new,
+              "duplicates": len(lines) - new, "pumped": kicked}
+    if as_json:
+        echo_json(result)
+    else:
+        click.echo(f"queued {new} new task(s), {len(lines) - new} duplicate(s) "
+                   f"(task {task}, namespace {obj.namespace})")

@@ -1,0 +1,42 @@
+"""Turn exceptions into the one masked line an operator sees (never a traceback, never a password)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import redis
+
+from ..connection import mask_url
+from ..errors import CeleryHAError
+
+#: Exit codes: 1 = the operation failed, 2 = bad usage (click's own), 3 = Redis unreachable.
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+
+
+def one_line(text: str) -> str:
+    """Masked, single-line version of ``text`` (multi-line messages are joined with ' | ')."""
+    parts = [p.strip() for p in mask_url(str(text)).splitlines() if p.strip()]
+    return " | ".join(parts) if parts else "unknown error"
+
+
+def describe(exc: BaseException, redis_url: str | None = None) -> tuple[str, int]:
+    """The message and exit code for an exception escaping a command."""
+    where = f" at {mask_url(redis_url)}" if redis_url else ""
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return one_line(f"cannot reach Redis{where}: {exc}"), EXIT_UNREACHABLE
+    if isinstance(exc, redis.AuthenticationError):
+        return one_line(f"Redis{where} refused the credentials: {exc}"), EXIT_UNREACHABLE
+    if isinstance(exc, redis.RedisError):
+        return one_line(f"Redis error{where}: {exc}"), EXIT_FAILURE
+    if isinstance(exc, CeleryHAError):
+        return one_line(str(exc)), EXIT_FAILURE
+    if isinstance(exc, json.JSONDecodeError):
+        return one_line(f"invalid JSON: {exc}"), EXIT_FAILURE
+    if isinstance(exc, OSError):
+        name = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        return one_line(f"{name}{exc.strerror or exc}"), EXIT_FAILURE
+    hint = "" if os.environ.get("CELERY_HA_DEBUG") else " (set CELERY_HA_DEBUG=1 for the traceback)"
+    return one_line(f"unexpected {type(exc).__name__}: {exc}{hint}"), EXIT_FAILURE

@@ -1,0 +1,80 @@
+"""Small output helpers shared by the commands: rich tables for people, JSON for scripts."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..connection import mask_url
+
+
+def console(stderr: bool = False) -> Console:
+    """A console bound to the *current* stdout/stderr (so click's test runner captures it).
+
+    Piped output gets a wide page (``$COLUMNS`` or 160) so ids are not folded for grep and scripts.
+    """
+    stream = sys.stderr if stderr else sys.stdout
+    width = None
+    if not (hasattr(stream, "isatty") and stream.isatty()):
+        width = int(os.environ.get("COLUMNS") or 160)
+    return Console(file=stream, highlight=False, soft_wrap=False, width=width)
+
+
+def echo_json(value: Any) -> None:
+    """Print ``value`` as JSON; every string that looks like a URL is masked."""
+    click.echo(mask_url(json.dumps(value, indent=2, default=str, ensure_ascii=False, sort_keys=True)))
+
+
+def when(ts: float | None) -> str:
+    """Epoch seconds as a short UTC timestamp ('-' when unknown)."""
+    if not ts:
+        return "-"
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def short(text: Any, width: int = 60) -> str:
+    """Masked text cut to ``width`` characters for a table cell."""
+    value = mask_url("" if text is None else str(text))
+    return value if len(value) <= width else value[: width - 1] + "…"
+
+
+def kv_table(rows: Mapping[str, Any] | Iterable[tuple[str, Any]], title: str | None = None) -> Table:
+    """A two-column key/value table."""
+    table = Table(title=title, show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    items = rows.items() if isinstance(rows, Mapping) else rows
+    for key, value in items:
+        table.add_row(str(key), mask_url("-" if value is None or value == "" else str(value)))
+    return table
+
+
+def grid(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None) -> Table:
+    """A table with a header row; cells are masked."""
+    table = Table(title=title, header_style="bold")
+    for i, header in enumerate(headers):
+        table.add_column(header, overflow="fold", no_wrap=i == 0)
+    for row in rows:
+        table.add_row(*(mask_url("-" if v is None or v == "" else str(v)) for v in row))
+    return table
+
+
+def read_lines(stream: Iterable[str]) -> list[tuple[int, str]]:
+    """(line number, text) of a URL list: blank lines and full-line ``#`` comments skipped.
+
+    Only whole-line comments: ``#`` inside a URL is a fragment, not a comment.
+    """
+    out = []
+    for number, line in enumerate(stream, 1):
+        text = line.strip()
+        if text and not text.startswith("#"):
+            out.append((number, text))
+    return out

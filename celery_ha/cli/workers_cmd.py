@@ -1,0 +1,54 @@
+"""``celery-ha workers``: which workers are alive and which tasks each one holds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..workers import list_workers, running_by_worker
+from .context import CLIContext, pass_cli
+from .render import console, echo_json, grid, when
+
+
+def workers_with_leases(obj: CLIContext, max_age: float | None) -> list[dict[str, Any]]:
+    """Alive workers from the registry, plus any lease holder missing from it (marked not alive).
+
+    A holder that stopped heart-beating but still holds leases is exactly what an operator needs to
+    see: those tasks come back at lease expiry (or at once if its worker reported the death).
+    """
+    workers = list_workers(obj.client, obj.namespace, max_age=max_age)
+    known = {w["name"] for w in workers}
+    for name, ids in sorted(running_by_worker(obj.client, obj.namespace).items()):
+        if name not in known:
+            workers.append({"name": name, "node": name.rpartition(":")[0] or name, "pid": None,
+                            "last_seen": None, "age": None, "tasks": sorted(ids), "alive": False})
+    for w in workers:
+        w.setdefault("alive", True)
+    return workers
+
+
+@click.command("workers")
+@click.option("--max-age", type=click.FloatRange(0.1), default=None,
+              help="Seconds since the last heartbeat to still count as alive.  [default: lease TTL]")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_cli
+def command(obj: CLIContext, max_age: float | None, as_json: bool) -> None:
+    """List live worker processes and the task leases each one holds right now."""
+    workers = workers_with_leases(obj, max_age)
+    if as_json:
+        echo_json(workers)
+        return
+    if not workers:
+        click.echo(f"no live workers in namespace {obj.namespace}")
+        return
+    rows = []
+    for w in workers:
+        tasks = w["tasks"]
+        shown = " ".join(tasks[:4]) + (f" (+{len(tasks) - 4})" if len(tasks) > 4 else "")
+        age = "-" if w.get("age") is None else f"{w['age']:.1f}s ago"
+        rows.append((w["name"], "yes" if w["alive"] else "NO", age, when(w.get("last_seen")), len(tasks),
+                     shown))
+    alive = sum(1 for w in workers if w["alive"])
+    console().print(grid(("worker", "alive", "heartbeat", "last seen", "leases", "tasks"), rows,
+                         title=f"{alive} live worker process(es), namespace {obj.namespace}"))

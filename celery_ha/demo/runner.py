@@ -127,13 +127,6 @@ def inject_failures(site: DemoSite, pages: int) -> set[int]:
     return permanent
 
 
-def quiet_server(site: DemoSite) -> None:
-    """Silence socketserver's per-request tracebacks: killed clients reset connections on purpose."""
-    server = getattr(site, "_server", None)
-    if server is not None:
-        server.handle_error = lambda request, client_address: None
-
-
 class Demo:
     """One demo run; ``run()`` returns the report (cleanup is the caller's ``close()``)."""
 
@@ -210,7 +203,6 @@ class Demo:
             old.unlink()
 
         self.site = DemoSite(total=opts.pages, page_size=PAGE_SIZE, rate_limit=SITE_LIMIT).start()
-        quiet_server(self.site)
         permanent = inject_failures(self.site, opts.pages)
         password = secrets.token_urlsafe(8)
         self.farm = ProxyFarm(opts.proxies, first=2, auth=("demo", password)).start()

@@ -40,6 +40,13 @@ def case_text(n: int) -> str:
     return f"Judgment in case {n}. " + " ".join(words) + "."
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """Crawlers killed on purpose reset their connections: that is not worth a traceback."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass
+
+
 @dataclass(frozen=True)
 class SiteRequest:
     """One logged request."""
@@ -89,7 +96,7 @@ class DemoSite:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        server = ThreadingHTTPServer((self.host, self.port), Handler)
+        server = _QuietServer((self.host, self.port), Handler)
         server.daemon_threads = True
         self._server = server
         self.port = server.server_address[1]

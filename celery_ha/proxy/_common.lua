@@ -1,0 +1,105 @@
+-- Shared by every proxy-pool script. Included first, so effects replication is switched on before the
+-- first write (Redis 6.2 refuses writes after TIME otherwise; on 7.x this call is a harmless no-op).
+redis.replicate_commands()
+
+-- Redis server time in whole milliseconds (floor). Integer ms keep every score exact when Lua formats it.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function numargs(text)
+  local out = {}
+  for w in string.gmatch(text, '%S+') do out[#out + 1] = tonumber(w) end
+  return out
+end
+
+-- Score constants arrive as one ARGV string from celery_ha/proxy/scoring.py (the single source).
+-- Order: w_success w_latency w_lifetime decay prior_success prior_weight latency_ref latency_prior_weight
+local function score_from(s, t, ln, ld, added, expires, now, K)
+  local sr = (s + K[6] * K[5]) / (t + K[6])
+  local lat = (ln + K[8] * K[7]) / (ld + K[8])
+  local ls = K[7] / (K[7] + lat)
+  local lr = 1
+  if expires > 0 then
+    lr = (expires - now) / math.max(1, expires - added)
+    if lr < 0 then lr = 0 elseif lr > 1 then lr = 1 end
+  end
+  return K[1] * sr + K[2] * ls + K[3] * lr
+end
+
+local function score_of(P, pid, now, K)
+  local m = redis.call('HMGET', P .. 'm:' .. pid, 's', 't', 'ln', 'ld', 'added_at', 'expires_at')
+  return score_from(tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0, tonumber(m[4]) or 0,
+    tonumber(m[5]) or now, tonumber(m[6]) or 0, now, K)
+end
+
+-- Drop every trace of one proxy (used for expiry and explicit removal).
+local function forget(P, pid)
+  redis.call('ZREM', P .. 'av', pid)
+  redis.call('ZREM', P .. 'new', pid)
+  redis.call('ZREM', P .. 'tb', pid)
+  redis.call('ZREM', P .. 'pb', pid)
+  redis.call('ZREM', P .. 'exp', pid)
+  redis.call('SREM', P .. 'all', pid)
+  redis.call('HDEL', P .. 'grp', pid)
+  redis.call('DEL', P .. 'm:' .. pid)
+end
+
+-- Bounded housekeeping run by acquire: proxies whose provider lifetime ended, and leases whose
+-- borrower died (their lock keys already expired by TTL; this empties the in-use zone).
+local function housekeeping(P, now, limit)
+  local gone = redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now, 'LIMIT', 0, limit)
+  for _, pid in ipairs(gone) do forget(P, pid) end
+  if #gone > 0 then redis.call('HINCRBY', P .. 'stats', 'expired', #gone) end
+  local dead = redis.call('ZRANGEBYSCORE', P .. 'iu', '-inf', now, 'LIMIT', 0, limit)
+  for _, member in ipairs(dead) do
+    redis.call('ZREM', P .. 'iu', member)
+    local pid = string.match(member, '^([^|]+)|')
+    if pid and redis.call('EXISTS', P .. 'm:' .. pid) == 1 then
+      redis.call('HINCRBY', P .. 'm:' .. pid, 'n_abandoned', 1)
+    end
+  end
+  if #dead > 0 then redis.call('HINCRBY', P .. 'stats', 'reaped', #dead) end
+  return #dead
+end
+
+-- Jittered exponential backoff in ms: base * 2^(n-1) scaled into [0.75, 1.25), never above cap.
+local function backoff(base, cap, n, jitter)
+  local d = base * (2 ^ math.max(0, n - 1)) * (0.75 + 0.5 * jitter)
+  if d > cap then d = cap end
+  return math.floor(d)
+end
+
+-- Put a proxy in the temporary-ban zone, or the permanent one once it has been banned too often.
+-- Returns the new state ('tban' or 'pban').
+local function temp_ban(P, pid, now, base, cap, max_tbans, jitter, reason)
+  local mk = P .. 'm:' .. pid
+  local n = redis.call('HINCRBY', mk, 'tbans', 1)
+  redis.call('ZREM', P .. 'av', pid)
+  redis.call('ZREM', P .. 'new', pid)
+  redis.call('HSET', mk, 'cf', 0, 'okst', 0, 'ban_reason', reason)
+  if n > max_tbans then
+    redis.call('ZREM', P .. 'tb', pid)
+    redis.call('ZADD', P .. 'pb', now, pid)
+    redis.call('HSET', mk, 'state', 'pban', 'ban_until', 0)
+    redis.call('HINCRBY', P .. 'stats', 'banned_permanently', 1)
+    return 'pban'
+  end
+  local untl = now + backoff(base, cap, n, jitter)
+  redis.call('ZADD', P .. 'tb', untl, pid)
+  redis.call('HSET', mk, 'state', 'tban', 'ban_until', untl)
+  redis.call('HINCRBY', P .. 'stats', 'banned_temporarily', 1)
+  return 'tban'
+end
+
+-- Move a proxy (back) into the available zone, ranked by its current score.
+local function make_available(P, pid, now, K)
+  redis.call('ZREM', P .. 'tb', pid)
+  redis.call('ZREM', P .. 'new', pid)
+  redis.call('ZREM', P .. 'pb', pid)
+  local sc = score_of(P, pid, now, K)
+  redis.call('ZADD', P .. 'av', sc, pid)
+  redis.call('HSET', P .. 'm:' .. pid, 'state', 'avail', 'ban_until', 0, 'score', sc)
+  return sc
+end

@@ -1,0 +1,144 @@
+--#include _common
+-- Borrow the best-scored proxy for one domain: not banned (globally or for this domain), not locked for
+-- this domain, inside its rate window, and inside its group's concurrency cap (tunnels). One round trip.
+--
+-- KEYS[1] = available zone (routes the call; every other key shares its {ns} hash tag)
+-- ARGV: 1 prefix, 2 domain, 3 worker, 4 token, 5 lock ttl ms, 6 rate n, 7 rate window ms,
+--       8 window margin ms, 9 excluded proxy ids (space separated), 10 budget n (0 = none), 11 budget ms
+-- Returns {'ok', pid, token, url, lease_expiry_ms, now_ms} or {'none', retry_after_ms, reason}.
+--
+-- The hit is reserved in the rate window at lease expiry (the latest moment the request may still go
+-- out); release re-stamps it with the time the response came back. The target therefore never sees more
+-- than n requests inside any window, however late a request leaves the worker.
+local P, domain, worker, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local lock_ttl, rn, rw, margin = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local bn, bw = tonumber(ARGV[10]), tonumber(ARGV[11])
+local av = KEYS[1]
+local now = now_ms()
+housekeeping(P, now, 20)
+
+local override = redis.call('HGET', P .. 'dcfg', domain)
+if override then
+  local o = numargs(override)
+  if o[1] and o[1] > 0 then rn, rw = o[1], o[2] end
+  if o[3] and o[3] > 0 then bn, bw = o[3], o[4] end
+end
+
+local stats = P .. 'stats'
+local bud = P .. 'bud:' .. domain
+if bn > 0 then
+  redis.call('ZREMRANGEBYSCORE', bud, '-inf', now - bw - margin)
+  if redis.call('ZCARD', bud) >= bn then
+    local o = redis.call('ZRANGE', bud, 0, 0, 'WITHSCORES')
+    redis.call('HINCRBY', stats, 'no_proxy', 1)
+    return {'none', math.max(1, tonumber(o[2]) + bw + margin - now), 'budget'}
+  end
+end
+
+local first = redis.call('ZREVRANGE', av, 0, 15)
+if #first == 0 then
+  redis.call('HINCRBY', stats, 'no_proxy', 1)
+  local due = redis.call('ZRANGE', P .. 'tb', 0, 0, 'WITHSCORES')
+  local wait = 5000
+  if due[2] then wait = math.max(1000, tonumber(due[2]) - now) end
+  return {'none', wait, 'empty'}
+end
+
+local best = nil
+local reason = 'busy'
+local function note(ms)
+  if best == nil or ms < best then best = ms end
+end
+
+-- Proxies known to be unusable for this domain right now are loaded in bulk, so an exhausted domain
+-- costs a few calls instead of several per proxy: 'cd' (cool-down) holds the time a full rate window
+-- reopens, 'dban' the end of a per-domain ban after a block.
+local skip = {}
+for p in string.gmatch(ARGV[9], '%S+') do skip[p] = 'excluded' end
+local cdk = P .. 'cd:' .. domain
+local dban = P .. 'dban:' .. domain
+for _, zkey in ipairs({cdk, dban}) do -- stale entries are ignored here and vanish with the key's TTL
+  local cool = redis.call('ZRANGEBYSCORE', zkey, '(' .. now, '+inf', 'WITHSCORES')
+  for i = 1, #cool, 2 do
+    if not skip[cool[i]] then skip[cool[i]] = 'cool' end
+  end
+  if cool[2] then note(tonumber(cool[2]) - now) end
+end
+local has_grp = redis.call('EXISTS', P .. 'grp') == 1
+local group_full = {}
+local usable = false
+
+-- Candidates best first, in growing batches: the first few usually suffice.
+local ids, start, batch = first, 0, 16
+while #ids > 0 do
+  for _, pid in ipairs(ids) do
+    repeat -- 'break' below means 'next candidate'
+      if skip[pid] then
+        if skip[pid] == 'cool' then usable = true end
+        break
+      end
+      usable = true
+      local lk = P .. 'lk:' .. pid .. '|' .. domain
+      local pttl = redis.call('PTTL', lk)
+      -- A lock usually frees within a request's time: hint a short wait, not the whole lease.
+      if pttl ~= -2 then note(math.min(pttl > 0 and pttl or lock_ttl, 250)); break end
+      local win = P .. 'rw:' .. pid .. '|' .. domain
+      if redis.call('ZCARD', win) >= rn then -- trim old hits only when the window looks full
+        redis.call('ZREMRANGEBYSCORE', win, '-inf', now - rw - margin)
+        if redis.call('ZCARD', win) >= rn then
+          local o = redis.call('ZRANGE', win, 0, 0, 'WITHSCORES')
+          local reopen = math.max(now + 1, tonumber(o[2]) + rw + margin)
+          redis.call('ZADD', cdk, reopen, pid)
+          redis.call('PEXPIRE', cdk, lock_ttl + rw + margin + 1000)
+          note(reopen - now)
+          break
+        end
+      end
+      local grp, sem = false, nil
+      if has_grp then
+        grp = redis.call('HGET', P .. 'grp', pid)
+        if grp then
+          if group_full[grp] then break end
+          sem = P .. 'sem:' .. grp
+          redis.call('ZREMRANGEBYSCORE', sem, '-inf', now)
+          local cap = tonumber(redis.call('HGET', P .. 'gcap', grp)) or 0
+          if cap > 0 and redis.call('ZCARD', sem) >= cap then
+            local o = redis.call('ZRANGE', sem, 0, 0, 'WITHSCORES')
+            note(math.max(1, tonumber(o[2]) - now))
+            group_full[grp] = true
+            break
+          end
+        end
+      end
+      -- Take it.
+      local exp = now + lock_ttl
+      redis.call('SET', lk, token, 'PX', lock_ttl)
+      redis.call('ZADD', win, exp, token)
+      redis.call('PEXPIRE', win, lock_ttl + rw + margin + 1000)
+      if bn > 0 then
+        redis.call('ZADD', bud, exp, token)
+        redis.call('PEXPIRE', bud, lock_ttl + bw + margin + 1000)
+      end
+      if sem then
+        redis.call('ZADD', sem, exp, token)
+        redis.call('PEXPIRE', sem, lock_ttl + 1000)
+      end
+      redis.call('ZADD', P .. 'iu', exp, pid .. '|' .. domain .. '|' .. token)
+      local mk = P .. 'm:' .. pid
+      redis.call('HSET', mk, 'last_used_by', worker, 'last_used_at', now)
+      redis.call('HINCRBY', mk, 'n_acq', 1)
+      return {'ok', pid, token, redis.call('HGET', mk, 'url'), exp, now}
+    until true
+  end
+  if #ids < batch then break end
+  start = start + batch
+  batch = batch * 4
+  ids = redis.call('ZREVRANGE', av, start, start + batch - 1)
+end
+
+redis.call('HINCRBY', stats, 'no_proxy', 1)
+if not usable then
+  reason = 'excluded' -- every available proxy was excluded by the caller
+end
+if best == nil then best = 1000 end
+return {'none', best, reason}

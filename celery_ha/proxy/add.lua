@@ -1,0 +1,50 @@
+--#include _common
+-- Add or update proxies in one atomic step (validated in Python beforehand).
+-- KEYS[1] = available zone
+-- ARGV: 1 prefix, 2 JSON list of {id, url, masked, scheme, host, port, user, source, ttl_ms, group, verify},
+--       3 JSON object {group: concurrency cap}, 4 score constants
+-- A new proxy joins the available zone (or the 'new' zone when it must pass a health check first) with the
+-- probation score. A known proxy keeps its statistics; its URL, source and expiry are refreshed. A
+-- permanently banned proxy is never re-admitted by an add (only an explicit unban does that).
+-- Returns {added, updated, skipped_banned}.
+local P = ARGV[1]
+local items = cjson.decode(ARGV[2])
+local caps = cjson.decode(ARGV[3])
+local K = numargs(ARGV[4])
+local now = now_ms()
+local added, updated, skipped = 0, 0, 0
+for g, cap in pairs(caps) do redis.call('HSET', P .. 'gcap', g, cap) end
+for _, it in ipairs(items) do
+  local pid = it.id
+  local mk = P .. 'm:' .. pid
+  local exists = redis.call('EXISTS', mk) == 1
+  local expires = 0
+  if tonumber(it.ttl_ms) and tonumber(it.ttl_ms) > 0 then expires = now + tonumber(it.ttl_ms) end
+  if exists and redis.call('HGET', mk, 'state') == 'pban' then
+    skipped = skipped + 1
+  else
+    redis.call('HSET', mk, 'url', it.url, 'masked', it.masked, 'scheme', it.scheme, 'host', it.host,
+      'port', it.port, 'user', it.user, 'source', it.source, 'expires_at', expires)
+    if expires > 0 then redis.call('ZADD', P .. 'exp', expires, pid) else redis.call('ZREM', P .. 'exp', pid) end
+    if it.group and it.group ~= '' then redis.call('HSET', P .. 'grp', pid, it.group) end
+    if exists then
+      if expires > 0 then redis.call('HSET', mk, 'added_at', now) end
+      local st = redis.call('HGET', mk, 'state')
+      if st == 'avail' then redis.call('ZADD', P .. 'av', 'XX', score_of(P, pid, now, K), pid) end
+      updated = updated + 1
+    else
+      redis.call('HSET', mk, 'id', pid, 'added_at', now, 's', 0, 't', 0, 'ln', 0, 'ld', 0, 'cf', 0,
+        'tbans', 0, 'okst', 0, 'lat_ewma', -1)
+      redis.call('SADD', P .. 'all', pid)
+      if it.verify then
+        redis.call('ZADD', P .. 'new', now, pid)
+        redis.call('HSET', mk, 'state', 'new', 'score', score_of(P, pid, now, K))
+      else
+        make_available(P, pid, now, K)
+      end
+      added = added + 1
+    end
+  end
+end
+if added > 0 then redis.call('HINCRBY', P .. 'stats', 'added', added) end
+return {added, updated, skipped}

@@ -1,0 +1,21 @@
+--#include _common
+-- Set (or clear) the per-domain overrides every worker reads at acquire: "rate_n rate_ms budget_n budget_ms"
+-- (0 = use the worker's default). KEYS[1] = available zone; ARGV: 1 prefix, 2 domain, 3 field, 4 n, 5 ms
+-- where field is 'rate' or 'budget' and n = 0 clears it. Returns the stored string.
+local P, domain, field, n, ms = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local key = P .. 'dcfg'
+local cur = numargs(redis.call('HGET', key, domain) or '0 0 0 0')
+for i = 1, 4 do cur[i] = cur[i] or 0 end
+if field == 'rate' then
+  cur[1], cur[2] = n, ms
+  redis.call('DEL', P .. 'cd:' .. domain) -- cool-downs were computed with the old rate
+else
+  cur[3], cur[4] = n, ms
+end
+if cur[1] == 0 and cur[3] == 0 then
+  redis.call('HDEL', key, domain)
+  return ''
+end
+local text = string.format('%d %d %d %d', cur[1], cur[2], cur[3], cur[4])
+redis.call('HSET', key, domain, text)
+return text

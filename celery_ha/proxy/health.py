@@ -1,0 +1,99 @@
+"""Health checks: probe proxies whose temporary ban is over and new proxies on probation.
+
+A ban running out does not put a proxy back in rotation by itself: it must first fetch ``check_url``
+through the proxy. Pass → available again (the check counts as a success, so a restored proxy starts with
+a fair score); fail → banned again with a longer backoff, permanently after too many bans (a free-list
+proxy failing its first check is banned for good). Meant to run from Celery beat
+(``tasks/maintenance.py``); safe to run from several places at once, because each proxy is claimed
+atomically before it is probed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import requests
+
+from ..connection import mask_url
+from ..errors import InvalidInput
+from .pool import ProxyPool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class HealthReport:
+    """What one :func:`check_proxies` run did. Ids only, never URLs."""
+
+    checked: int = 0
+    restored: list[str] = field(default_factory=list)
+    demoted: dict[str, str] = field(default_factory=dict)  # id -> new state (tban / pban)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"checked": self.checked, "restored": self.restored, "demoted": self.demoted}
+
+
+def probe(
+    url: str, check_url: str, timeout: float, expect_status: int = 200, expect_text: str | None = None
+) -> tuple[bool, float]:
+    """One GET of ``check_url`` through proxy ``url``; returns (passed, latency ms)."""
+    started = time.monotonic()
+    try:
+        with requests.Session() as session:
+            session.trust_env = False
+            response = session.get(
+                check_url, proxies={"http": url, "https": url}, timeout=timeout, allow_redirects=False
+            )
+            passed = response.status_code == expect_status and (
+                expect_text is None or expect_text in response.text
+            )
+    except requests.RequestException:
+        passed = False
+    return passed, (time.monotonic() - started) * 1000.0
+
+
+def check_proxies(
+    pool: ProxyPool,
+    check_url: str,
+    concurrency: int = 8,
+    timeout: float = 5.0,
+    *,
+    limit: int = 200,
+    expect_status: int = 200,
+    expect_text: str | None = None,
+) -> HealthReport:
+    """Probe up to ``limit`` due proxies (expired temporary bans, then new ones), ``concurrency`` at a time,
+    each with ``timeout`` seconds; restore or demote each one. Returns a :class:`HealthReport`.
+    """
+    if not check_url.startswith(("http://", "https://")):
+        raise InvalidInput(f"check_url must be an http(s) URL, got {mask_url(check_url)!r}")
+    if concurrency < 1 or timeout <= 0 or limit < 1:
+        raise InvalidInput("concurrency and limit must be >= 1, timeout > 0")
+    # The claim outlives every probe, so a second checker never picks these proxies up meanwhile.
+    claim_seconds = timeout * (limit / concurrency + 2) + 5
+    due = pool.claim_for_check(limit=limit, claim_seconds=claim_seconds)
+    report = HealthReport(checked=len(due))
+    if not due:
+        return report
+
+    def run(item: tuple[str, str, str, str]) -> tuple[str, str]:
+        pid, url, _zone, _source = item
+        passed, latency = probe(url, check_url, timeout, expect_status, expect_text)
+        return pid, pool.record_check(pid, passed, latency)
+
+    with ThreadPoolExecutor(max_workers=min(concurrency, len(due)), thread_name_prefix="proxy-check") as ex:
+        for pid, state in ex.map(run, due):
+            if state == "avail":
+                report.restored.append(pid)
+            elif state != "skip":
+                report.demoted[pid] = state
+    log.info(
+        "proxy health check: %d checked, %d restored, %d demoted",
+        report.checked,
+        len(report.restored),
+        len(report.demoted),
+    )
+    return report

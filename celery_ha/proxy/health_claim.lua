@@ -1,0 +1,22 @@
+--#include _common
+-- Claim proxies due for a health check: temporary bans whose time is up, and new proxies on probation.
+-- Each claimed proxy's due time moves `claim_ms` ahead, so two checkers never probe the same proxy.
+-- KEYS[1] = available zone; ARGV: 1 prefix, 2 limit, 3 claim ms
+-- Returns a flat list {pid, url, zone, source, ...}.
+local P, limit, claim = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = now_ms()
+local out = {}
+for _, zone in ipairs({'tb', 'new'}) do
+  local left = limit - #out / 4
+  if left <= 0 then break end
+  local ids = redis.call('ZRANGEBYSCORE', P .. zone, '-inf', now, 'LIMIT', 0, left)
+  for _, pid in ipairs(ids) do
+    redis.call('ZADD', P .. zone, now + claim, pid)
+    local m = redis.call('HMGET', P .. 'm:' .. pid, 'url', 'source')
+    out[#out + 1] = pid
+    out[#out + 1] = m[1] or ''
+    out[#out + 1] = zone
+    out[#out + 1] = m[2] or ''
+  end
+end
+return out

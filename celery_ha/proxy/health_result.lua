@@ -1,0 +1,33 @@
+--#include _common
+-- Record one health-check result: a pass restores the proxy to the available zone; a failure bans it again
+-- with a longer backoff (permanently after too many bans; at once for a free-list proxy on probation).
+-- KEYS[1] = available zone
+-- ARGV: 1 prefix, 2 pid, 3 ok (1/0), 4 latency ms, 5 jitter, 6 "ban_base_ms ban_cap_ms max_temp_bans",
+--       7 score constants
+-- Returns the new state, or 'skip' when the proxy left the checked zones meanwhile (unbanned, removed).
+local P, pid, ok, latency, jitter = ARGV[1], ARGV[2], ARGV[3] == '1', tonumber(ARGV[4]), tonumber(ARGV[5])
+local cfg = numargs(ARGV[6])
+local K = numargs(ARGV[7])
+local mk = P .. 'm:' .. pid
+local state = redis.call('HGET', mk, 'state')
+if state ~= 'tban' and state ~= 'new' then return 'skip' end
+local now = now_ms()
+redis.call('HSET', mk, 'last_check_at', now, 'last_check_ok', ok and 1 or 0)
+if ok then
+  local m = redis.call('HMGET', mk, 's', 't', 'ln', 'ld')
+  local d = K[4]
+  local s, t = (tonumber(m[1]) or 0) * d + 1, (tonumber(m[2]) or 0) * d + 1
+  local ln, ld = (tonumber(m[3]) or 0) * d + latency, (tonumber(m[4]) or 0) * d + 1
+  redis.call('HSET', mk, 's', s, 't', t, 'ln', ln, 'ld', ld, 'cf', 0, 'lat_ewma', math.floor(ln / ld))
+  make_available(P, pid, now, K)
+  redis.call('HINCRBY', P .. 'stats', 'health_restored', 1)
+  return 'avail'
+end
+redis.call('HINCRBY', P .. 'stats', 'health_failed', 1)
+if state == 'new' and redis.call('HGET', mk, 'source') == 'free' then
+  redis.call('ZREM', P .. 'new', pid)
+  redis.call('ZADD', P .. 'pb', now, pid)
+  redis.call('HSET', mk, 'state', 'pban', 'ban_until', 0, 'ban_reason', 'failed probation check')
+  return 'pban'
+end
+return temp_ban(P, pid, now, cfg[1], cfg[2], cfg[3], jitter, 'failed health check')

@@ -1,0 +1,10 @@
+--#include _common
+-- Lift every ban of a proxy by hand (CLI `proxies unban`): it rejoins the available zone with clean
+-- failure counters (its success history and score are kept).
+-- KEYS[1] = available zone; ARGV: 1 prefix, 2 pid, 3 score constants. Returns the score or false.
+local P, pid = ARGV[1], ARGV[2]
+local mk = P .. 'm:' .. pid
+if redis.call('EXISTS', mk) == 0 then return false end
+local now = now_ms()
+redis.call('HSET', mk, 'cf', 0, 'tbans', 0, 'okst', 0, 'ban_reason', '')
+return tostring(make_available(P, pid, now, numargs(ARGV[3])))

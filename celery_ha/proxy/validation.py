@@ -1,0 +1,154 @@
+"""Parse and validate what callers hand the proxy pool: proxy URLs, domains and rates.
+
+Everything is checked in Python before any script runs, so bad input raises :class:`InvalidInput` and
+writes nothing. Error messages carry masked URLs only: a typo in a proxy URL must not leak its password
+into a log or a CLI error line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit
+
+from ..connection import mask_url
+from ..errors import InvalidInput
+
+SCHEMES = ("http", "https", "socks5", "socks5h", "socks4")
+_HOST_RE = re.compile(
+    r"^(?=.{1,253}$)([a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9])?)(\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9])?)*$"
+)
+_IPV4_RE = re.compile(r"^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$")
+_SESSION_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_RATE_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)\s*$")
+
+
+@dataclass(frozen=True)
+class ProxySpec:
+    """One validated proxy endpoint. ``url`` keeps credentials (workers need them); ``masked`` does not."""
+
+    scheme: str
+    host: str
+    port: int
+    username: str = ""
+    password: str = field(default="", repr=False)
+    session: str = ""  # sticky-session tag of a tunnel endpoint ("" for ordinary proxies)
+
+    @property
+    def id(self) -> str:
+        """Stable id: ``host:port`` (plus ``~session`` for a sticky tunnel session). Never credentials."""
+        base = f"{self.host}:{self.port}"
+        return f"{base}~{self.session}" if self.session else base
+
+    @property
+    def url(self) -> str:
+        auth = ""
+        if self.username or self.password:
+            auth = (
+                f"{_quote(self.username)}:{_quote(self.password)}@"
+                if self.password
+                else f"{_quote(self.username)}@"
+            )
+        return f"{self.scheme}://{auth}{self.host}:{self.port}"
+
+    @property
+    def masked(self) -> str:
+        return mask_url(self.url)
+
+    def __repr__(self) -> str:
+        return f"ProxySpec({self.masked!r}, session={self.session!r})"
+
+
+def _quote(text: str) -> str:
+    from urllib.parse import quote
+
+    return quote(text, safe="-._~")
+
+
+def valid_host(host: str) -> bool:
+    """A DNS name or a dotted IPv4 address (lower-case)."""
+    m = _IPV4_RE.match(host)
+    if m:
+        return all(0 <= int(g) <= 255 for g in m.groups())
+    return bool(_HOST_RE.match(host)) and not host.replace(".", "").isdigit()
+
+
+def parse_proxy_url(url: str, *, session: str = "") -> ProxySpec:
+    """Validate ``scheme://[user[:pass]@]host:port`` and return a :class:`ProxySpec`.
+
+    A bare ``host:port`` means ``http://host:port`` (what provider APIs and free lists return).
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidInput("proxy URL must be a non-empty string")
+    text = url.strip()
+    if "://" not in text:
+        text = "http://" + text
+    shown = mask_url(text)
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        raise InvalidInput(f"bad proxy URL {shown!r}: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES:
+        raise InvalidInput(f"bad proxy URL {shown!r}: scheme must be one of {', '.join(SCHEMES)}")
+    host = (parts.hostname or "").lower()
+    if not host or not valid_host(host):
+        raise InvalidInput(f"bad proxy URL {shown!r}: missing or invalid host")
+    if port is None or not (1 <= port <= 65535):
+        raise InvalidInput(f"bad proxy URL {shown!r}: a port 1-65535 is required")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise InvalidInput(f"bad proxy URL {shown!r}: no path, query or fragment allowed")
+    if session and not _SESSION_RE.match(session):
+        raise InvalidInput(f"bad session tag {session!r}: 1-64 letters, digits, '_' or '-'")
+    return ProxySpec(
+        scheme, host, port, unquote(parts.username or ""), unquote(parts.password or ""), session
+    )
+
+
+def normalize_domain(domain: str) -> str:
+    """The key a rate window and lock are counted under: lower-case host, plus ``:port`` if given.
+
+    Accepts a bare host (``example.com``), ``host:port`` or a full URL (its netloc is used).
+    """
+    if not isinstance(domain, str) or not domain.strip():
+        raise InvalidInput("domain must be a non-empty string")
+    text = domain.strip().lower()
+    if "://" in text:
+        try:
+            parts = urlsplit(text)
+            host, port = parts.hostname or "", parts.port
+        except ValueError:
+            raise InvalidInput(f"bad domain {mask_url(domain)!r}") from None
+    else:
+        host, _, port_text = text.partition(":")
+        port = None
+        if port_text:
+            if not port_text.isdigit() or not (1 <= int(port_text) <= 65535):
+                raise InvalidInput(f"bad domain {domain!r}: port must be 1-65535")
+            port = int(port_text)
+    host = host.rstrip(".")
+    if not host or not valid_host(host):
+        raise InvalidInput(f"bad domain {mask_url(domain)!r}: expected a host name such as example.com")
+    return f"{host}:{port}" if port else host
+
+
+def parse_rate(rate: object, what: str = "rate") -> tuple[int, float]:
+    """``"5/60"`` or ``(5, 60)`` -> (requests, seconds); both must be positive."""
+    if isinstance(rate, str):
+        m = _RATE_RE.match(rate)
+        if not m:
+            raise InvalidInput(f"bad {what} {rate!r}: expected 'N/SECONDS' such as '5/60'")
+        n, w = int(m.group(1)), float(m.group(2))
+    elif isinstance(rate, (tuple, list)) and len(rate) == 2:
+        try:
+            n, w = int(rate[0]), float(rate[1])
+        except (TypeError, ValueError):
+            raise InvalidInput(f"bad {what} {rate!r}: expected (requests, seconds)") from None
+        if n != rate[0]:
+            raise InvalidInput(f"bad {what} {rate!r}: requests must be an integer")
+    else:
+        raise InvalidInput(f"bad {what} {rate!r}: expected 'N/SECONDS' or (N, SECONDS)")
+    if n < 1 or not (0 < w <= 86400 * 7):
+        raise InvalidInput(f"bad {what} {rate!r}: need at least 1 request per 0-604800 seconds")
+    return n, w

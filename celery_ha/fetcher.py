@@ -52,6 +52,8 @@ CAPTCHA_MARKERS: tuple[str, ...] = (
     "h-captcha",
     "cf-challenge",
     "captcha-container",
+    'id="captcha"',
+    "<title>captcha",
     "are you a robot",
     "验证码",
 )

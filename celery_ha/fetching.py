@@ -1,50 +1,30 @@
 """The one place a durable task's HTTP request goes through (``ctx.fetch``).
 
-For now a pooled ``requests.Session`` per process fetches directly. The proxy-aware
-``celery_ha.fetcher.Fetcher`` (built separately) replaces :func:`fetch` when it lands: keep every
-call site on this function so the swap is one edit. The error classes mirror the fetcher's
-classification (permanent 404/410, retryable blocks, 5xx and transport errors); the task runner
-only looks at ``exc.permanent``, so the fetcher's own exception types unify by setting that flag.
+Each process keeps one :class:`celery_ha.fetcher.Fetcher` (rebuilt after a fork). It borrows from the
+namespace's proxy pool whenever the pool holds any proxy at all, and fetches directly only when no
+proxy was ever configured (or ``CELERY_HA_DIRECT_WHEN_EMPTY=1`` allows it when every proxy is banned).
+Errors come from the fetcher: the task runner only looks at ``exc.permanent``.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any
 
 import requests
-from requests.adapters import HTTPAdapter
 
-from .errors import CeleryHAError
+from .fetcher import Fetcher, FetchError, PermanentFetchError, RobotsDisallowed
+from .proxy import ProxyPool
 
-DEFAULT_TIMEOUT = 15.0
-PERMANENT_STATUSES = frozenset({404, 410})
-BLOCK_STATUSES = frozenset({401, 403, 429})
-CAPTCHA_MARKERS = ('id="captcha"', "g-recaptcha", "cf-challenge")
+__all__ = ["FetchError", "PermanentFetchError", "RobotsDisallowed", "fetch", "fetcher", "is_permanent"]
 
+#: How long a process trusts its "the pool has proxies / has none" reading.
+POOL_RECHECK_SECONDS = 10.0
 
-class FetchError(CeleryHAError):
-    """A fetch failed in a way worth retrying later (5xx, block, captcha, transport error)."""
-
-    permanent = False
-
-    def __init__(self, message: str, *, url: str = "", status: int | None = None,
-                 retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.url = url
-        self.status = status
-        self.retry_after = retry_after
-
-
-class BlockedError(FetchError):
-    """The site refused us (401/403/429 or a captcha page): retry, ideally from another IP."""
-
-
-class PermanentFetchError(FetchError):
-    """The page is gone for good (404/410): the task fails without retry."""
-
-    permanent = True
+_lock = threading.Lock()
+_state: dict[str, Any] = {}
 
 
 def is_permanent(exc: BaseException) -> bool:
@@ -52,50 +32,31 @@ def is_permanent(exc: BaseException) -> bool:
     return bool(getattr(exc, "permanent", False))
 
 
-_local = threading.local()
+def _pool_has_proxies(pool: ProxyPool) -> bool:
+    stats = pool.stats()
+    return any(stats[zone] for zone in ("available", "new", "temp_banned", "perm_banned", "in_use"))
 
 
-def session() -> requests.Session:
-    """A pooled session per process and thread (a Session must not cross a fork)."""
-    sess: requests.Session | None = getattr(_local, "session", None)
-    if sess is None or getattr(_local, "pid", None) != os.getpid():
-        sess = requests.Session()
-        adapter = HTTPAdapter(pool_connections=16, pool_maxsize=16, max_retries=0)
-        sess.mount("http://", adapter)
-        sess.mount("https://", adapter)
-        sess.headers["User-Agent"] = "celery-ha/0.1 (+https://github.com/)"
-        _local.session = sess
-        _local.pid = os.getpid()
-    return sess
+def fetcher() -> Fetcher:
+    """This process's fetcher: through the pool when it has proxies, else direct."""
+    from .runtime import runtime
 
-
-def classify(response: requests.Response) -> None:
-    """Raise the matching FetchError for a response that is not a usable page."""
-    status = response.status_code
-    url = response.url
-    if status in PERMANENT_STATUSES:
-        raise PermanentFetchError(f"HTTP {status} for {url}", url=url, status=status)
-    if status in BLOCK_STATUSES or status >= 500:
-        retry_after = response.headers.get("Retry-After")
-        try:
-            delay = float(retry_after) if retry_after else None
-        except ValueError:
-            delay = None
-        kind = BlockedError if status in BLOCK_STATUSES else FetchError
-        raise kind(f"HTTP {status} for {url}", url=url, status=status, retry_after=delay)
-    if status >= 400:
-        raise PermanentFetchError(f"HTTP {status} for {url}", url=url, status=status)
-    ctype = response.headers.get("Content-Type", "")
-    if "html" in ctype and any(m in response.text for m in CAPTCHA_MARKERS):
-        raise BlockedError(f"captcha page at {url}", url=url, status=status)
+    rt = runtime()
+    now = time.monotonic()
+    with _lock:
+        if _state.get("pid") == os.getpid() and now - _state["checked"] < POOL_RECHECK_SECONDS:
+            return _state["fetcher"]
+        pool = ProxyPool(rt.client, rt.settings.namespace)
+        use_pool = _pool_has_proxies(pool)
+        current: Fetcher | None = _state.get("fetcher") if _state.get("pid") == os.getpid() else None
+        if current is None or (current.pool is not None) != use_pool:
+            current = Fetcher(pool if use_pool else None, worker=rt.worker_name,
+                              obey_robots=rt.settings.obey_robots,
+                              direct_when_empty=rt.settings.direct_when_empty)
+        _state.update(pid=os.getpid(), checked=now, fetcher=current)
+        return current
 
 
 def fetch(url: str, method: str = "GET", **kwargs: Any) -> requests.Response:
-    """Fetch ``url`` and return the response, or raise a classified :class:`FetchError`."""
-    kwargs.setdefault("timeout", DEFAULT_TIMEOUT)
-    try:
-        response = session().request(method, url, **kwargs)
-    except requests.RequestException as exc:
-        raise FetchError(f"{type(exc).__name__} fetching {url}: {exc}", url=url) from exc
-    classify(response)
-    return response
+    """Fetch ``url`` (proxy rotation, backoff, classification inside); raise a FetchError subclass."""
+    return fetcher().fetch(url, method, **kwargs)

@@ -69,6 +69,15 @@ def _text(name: str, text: str) -> str:
     return text
 
 
+def _flag(name: str, text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"{name}={text!r} must be one of 1/0, true/false, yes/no, on/off")
+
+
 _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "redis_url": ("CELERY_HA_REDIS_URL", _text),
     "broker_url": ("CELERY_BROKER_URL", _text),
@@ -87,6 +96,8 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "redispatch_after": ("CELERY_HA_REDISPATCH_AFTER", _number(float, 1, 86400)),
     "soft_shutdown_timeout": ("CELERY_HA_SOFT_SHUTDOWN_TIMEOUT", _number(float, 0, 86400)),
     "extra_imports": ("CELERY_HA_EXTRA_IMPORTS", _text),
+    "obey_robots": ("CELERY_HA_OBEY_ROBOTS", _flag),
+    "direct_when_empty": ("CELERY_HA_DIRECT_WHEN_EMPTY", _flag),
 }
 
 
@@ -111,6 +122,8 @@ class Settings:
     redispatch_after: float = 60.0  # CELERY_HA_REDISPATCH_AFTER, seconds a dispatched task may stay unclaimed
     soft_shutdown_timeout: float = 10.0  # CELERY_HA_SOFT_SHUTDOWN_TIMEOUT, seconds tasks get on SIGTERM
     extra_imports: str = ""  # CELERY_HA_EXTRA_IMPORTS, comma-separated task modules for the worker
+    obey_robots: bool = True  # CELERY_HA_OBEY_ROBOTS: ctx.fetch honours robots.txt (cached per domain)
+    direct_when_empty: bool = False  # CELERY_HA_DIRECT_WHEN_EMPTY: fetch directly when every proxy is out
 
 
     @classmethod

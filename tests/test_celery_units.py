@@ -14,13 +14,15 @@ from typing import Any
 import pytest
 import requests
 
-from celery_ha import LeaseLost
+from celery_ha import LeaseLost, fetching
 from celery_ha import lease_keeper as lk
 from celery_ha import runtime as rtmod
 from celery_ha.demo import DemoSite
+from celery_ha.demo.proxy_farm import ProxyFarm
 from celery_ha.durable import DurableContext, DurableTask, run_message
-from celery_ha.fetching import BlockedError, FetchError, PermanentFetchError, fetch, is_permanent
+from celery_ha.fetching import FetchError, PermanentFetchError, fetch, is_permanent
 from celery_ha.maintenance import dead_letter_summary, proxy_health, short_lock, sweep
+from celery_ha.proxy import ProxyPool
 from celery_ha.pump import broker_lists, celery_priority
 from celery_ha.queue import TaskQueue
 from celery_ha.runtime import Runtime
@@ -211,27 +213,35 @@ def test_proxy_health_hook_is_skipped_without_url_or_proxies(rt: Runtime, monkey
 
 
 # ---------------------------------------------------------------------- fetch and parsing
-def test_fetch_classifies_responses(site: DemoSite) -> None:
+def test_fetch_is_direct_without_proxies_and_classifies(rt: Runtime, site: DemoSite) -> None:
+    fetching._state.clear()
     site.fail("/case/1", 404)
     site.fail("/case/2", 410)
     site.fail("/case/3", 503, times=1)
     site.fail("/case/4", "captcha")
-    site.fail("/case/5", 429)
     with pytest.raises(PermanentFetchError):
         fetch(site.case_url(1))
     with pytest.raises(PermanentFetchError):
         fetch(site.case_url(2))
-    with pytest.raises(FetchError) as err:
-        fetch(site.case_url(3))
-    assert not isinstance(err.value, PermanentFetchError) and err.value.status == 503
-    assert fetch(site.case_url(3)).status_code == 200  # the failure was injected once
-    with pytest.raises(BlockedError):
+    assert fetch(site.case_url(3)).status_code == 200  # one 503, then a retry inside the fetcher
+    with pytest.raises(FetchError) as blocked:
         fetch(site.case_url(4))
-    with pytest.raises(BlockedError) as blocked:
-        fetch(site.case_url(5))
-    assert blocked.value.retry_after == 1.0
-    with pytest.raises(FetchError):
-        fetch("http://127.0.0.1:1/nothing-listens-here", timeout=2)
+    assert not is_permanent(blocked.value) and blocked.value.outcome == "blocked"
+    assert {r.client_ip for r in site.requests} == {"127.0.0.1"}  # no proxy configured: direct
+
+
+def test_fetch_goes_through_the_pool_once_it_has_proxies(rt: Runtime, site: DemoSite) -> None:
+    fetching._state.clear()
+    farm = ProxyFarm(3, first=31).start()
+    try:
+        ProxyPool(rt.client, rt.settings.namespace).add_many(farm.urls, source="test")
+        for n in range(1, 7):
+            assert fetch(site.case_url(n)).status_code == 200
+        ips = {r.client_ip for r in site.requests if r.path.startswith("/case/")}
+        assert ips and ips <= {"127.0.0.31", "127.0.0.32", "127.0.0.33"}  # never direct
+    finally:
+        farm.stop()
+        fetching._state.clear()
 
 
 def test_parse_page_and_page_url(site: DemoSite) -> None:

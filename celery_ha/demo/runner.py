@@ -17,7 +17,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import click
@@ -58,9 +57,6 @@ WORKER_ENV = {
 #: The site allows SITE_LIMIT requests per client IP per second; the pool keeps each proxy under it.
 SITE_LIMIT = (12, 1.0)
 POOL_RATE = "8/1"
-#: If the workers fetch without proxies (all traffic from one IP), the site's limit is raised to this,
-#: or one IP could never crawl the site in time; the report says so.
-DIRECT_LIMIT = (400, 1.0)
 
 
 @dataclass
@@ -144,7 +140,6 @@ class Demo:
         self.workers_started = 0
         self.notes: list[str] = []  # problems: the run is not verified
         self.warnings: list[str] = []  # worth saying, but the output can still be verified
-        self._mode_checked = False
         self._worker_step_waited = 0
 
     # ------------------------------------------------------------------ setup
@@ -243,8 +238,6 @@ class Demo:
                 progress.update(bar, completed=min(done, total), info=(
                     f"running {stats['running']} · queued {stats['queued']} · retrying {stats['delayed']} · "
                     f"dead {stats['dead']} · 429s {n429} · kills {len(chaos.failovers)}"))
-                if not self._mode_checked and hits:
-                    self._check_mode(hits, progress.console)
                 if plan.steps and done >= plan.steps[0][0] * total:
                     self._chaos_step(plan, chaos, env, logs, progress.console)
                 crawl_state = queue.get(crawl_id).state
@@ -275,16 +268,6 @@ class Demo:
             failovers=chaos.failovers, status_counts=dict(Counter(r.status for r in hits)),
             client_ips=len({r.client_ip for r in hits}), proxies=opts.proxies,
             workers_started=self.workers_started, notes=self.notes, warnings=self.warnings)
-
-    def _check_mode(self, hits: list[Any], out: Console) -> None:
-        """Are the workers' requests going through the proxy farm? (Exits are 127.0.0.2 and up.)"""
-        self._mode_checked = True
-        if self.site is not None and all(h.client_ip == "127.0.0.1" for h in hits):
-            self.site.rate_limit = DIRECT_LIMIT
-            message = ("the workers fetch directly, not through the proxy pool: the site's per-IP limit was "
-                       f"raised to {DIRECT_LIMIT[0]}/s so one IP can finish")
-            self.warnings.append(message)
-            out.print(f"[yellow]note:[/yellow] {message}")
 
     def _chaos_step(self, plan: Plan, chaos: Chaos, env: dict[str, str], logs: Path, out: Console) -> None:
         action = plan.steps[0][1]

@@ -1,32 +1,72 @@
 --#include _common
--- Enqueue a batch in one round trip. ARGV: prefix, then 7 values per task:
---   id, priority, dedup (1/0), task name, max_attempts, max_stalls, payload JSON.
--- Per task the reply holds 1 (new), 0 (duplicate of a live or finished task), -1 (id collision).
+-- Enqueue a batch in one round trip. ARGV: prefix, then runs of tasks sharing their common fields:
+--   count, priority, dedup (1/0), task name, max_attempts, max_stalls, then count x (id, payload JSON).
+-- Reply: one character per task, in order: '1' new, '0' duplicate of a live or finished task,
+-- '-' id collision (a random id met an existing one).
+-- The state part of a record is the same for a whole run, so it is encoded once per run; records and
+-- ready ids are written with one HSET / RPUSH per 1000 tasks and each band is marked ready once.
 local now = now_ms()
 local reply = {}
-local created = 0
-local i = 2
-while i <= #ARGV do
-  local id, p, dd, name, payload = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3], ARGV[i + 6]
-  local ma, ms = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
-  i = i + 7
-  if redis.call('HEXISTS', K_TASKS, id) == 1 or redis.call('SISMEMBER', K_SEEN, id) == 1 then
-    if dd == '1' then
-      reply[#reply + 1] = 0
-      incr('duplicates', 1)
-    else
-      reply[#reply + 1] = -1
-    end
-  else
-    local st = {n = name, ct = now, ma = ma, ms = ms}
-    if p ~= 0 then st.p = p end
-    if dd == '1' then st.dd = 1 end
-    push_ready(id, st, false)
-    save(id, st, payload)
-    created = created + 1
-    reply[#reply + 1] = 1
+local created, duplicates = 0, 0
+local fresh = {}   -- ids created by this call: their HSET may still be pending
+local records = {} -- pending HSET arguments: id, record, id, record, ...
+local bands = {}   -- bands in first-use order
+local queued = {}  -- band -> ids to RPUSH, in order
+
+local function write_records()
+  if #records > 0 then
+    redis.call('HSET', K_TASKS, unpack(records))
+    records = {}
   end
 end
+
+local i = 2
+while i <= #ARGV do
+  local count, p, dd, name = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
+  local st = {n = name, ct = now, ma = tonumber(ARGV[i + 4]), ms = tonumber(ARGV[i + 5])}
+  i = i + 6
+  if p ~= 0 then st.p = p end
+  if dd == '1' then st.dd = 1 end
+  st.s = 'q'
+  local head = cjson.encode(st) .. '\n'
+  local ids = queued[p]
+  if not ids then
+    ids = {}
+    queued[p] = ids
+    bands[#bands + 1] = p
+  end
+  for _ = 1, count do
+    local id = ARGV[i]
+    if fresh[id] or redis.call('HEXISTS', K_TASKS, id) == 1 or redis.call('SISMEMBER', K_SEEN, id) == 1 then
+      if dd == '1' then
+        reply[#reply + 1] = '0'
+        duplicates = duplicates + 1
+      else
+        reply[#reply + 1] = '-'
+      end
+    else
+      fresh[id] = true
+      records[#records + 1] = id
+      records[#records + 1] = head .. ARGV[i + 1]
+      if #records >= 2000 then write_records() end
+      ids[#ids + 1] = id
+      created = created + 1
+      reply[#reply + 1] = '1'
+    end
+    i = i + 2
+  end
+end
+write_records()
+for _, p in ipairs(bands) do
+  local ids = queued[p]
+  if #ids > 0 then
+    for j = 1, #ids, 1000 do
+      redis.call('RPUSH', ready_key(p), unpack(ids, j, math.min(j + 999, #ids)))
+    end
+    redis.call('ZADD', K_READYP, -p, tostring(p))
+  end
+end
+incr('duplicates', duplicates)
 incr('enqueued', created)
 wake(created)
-return reply
+return table.concat(reply)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
 import time
 from collections.abc import Iterable, Mapping
@@ -27,6 +28,7 @@ from ..validation import (
     MAX_ERROR_CHARS,
     MAX_ITEM_BYTES,
     MAX_META_BYTES,
+    MAX_URL_BYTES,
     PRIORITY_RANGE,
     canonical_url,
     check_int,
@@ -46,22 +48,68 @@ _ID_LEN = 12  # 62**12 ~ 2**71: collision-free in practice, and 12 chars fit Red
 _ID_SPACE = len(_ALPHABET) ** _ID_LEN
 
 
+# Two base-62 digits at a time, least significant first (the order of the one-digit loop it replaced).
+_PAIRS = [_ALPHABET[n % 62] + _ALPHABET[n // 62] for n in range(62 * 62)]
+
+
 def _encode_id(number: int) -> str:
     chars = []
-    for _ in range(_ID_LEN):
-        number, digit = divmod(number, len(_ALPHABET))
-        chars.append(_ALPHABET[digit])
+    for _ in range(_ID_LEN // 2):
+        number, pair = divmod(number, 3844)
+        chars.append(_PAIRS[pair])
     return "".join(chars)
+
+
+# The common URL shape (lower-case http(s) scheme and host, no port, user, query or fragment, a path of
+# plain characters) for which check_url() is known to pass and canonical_url() to be the URL itself, or
+# the URL plus "/" when it has no path: the per-task fast path of enqueue. Everything else takes the
+# general route through celery_ha.validation (which stays the reference: both must agree).
+_SIMPLE_URL = re.compile(r"https?://[a-z0-9.-]+(/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*)?")
+
+
+def _simple_canonical(url: object) -> str | None:
+    """canonical_url(url) when ``url`` has the simple shape above (so it is valid), else None."""
+    if isinstance(url, str) and len(url) <= MAX_URL_BYTES:  # the pattern is ASCII: chars == bytes
+        match = _SIMPLE_URL.fullmatch(url)
+        if match:
+            return url if match.group(1) else url + "/"
+    return None
+
+
+def _dedup_id(task: str, canonical: str) -> str:
+    digest = hashlib.sha256(f"{task}\0{canonical}".encode()).digest()
+    return _encode_id(int.from_bytes(digest[:16], "big") % _ID_SPACE)
 
 
 def task_id_for(task: str, url: str) -> str:
     """The dedup id of (task, url): SHA-256 of the canonical URL as 12 alphanumeric chars."""
-    digest = hashlib.sha256(f"{task}\0{canonical_url(url)}".encode()).digest()
-    return _encode_id(int.from_bytes(digest[:16], "big") % _ID_SPACE)
+    canonical = _simple_canonical(url)
+    return _dedup_id(task, canonical_url(url) if canonical is None else canonical)
 
 
 def _random_id() -> str:
     return _encode_id(secrets.randbelow(_ID_SPACE))
+
+
+_SPEC_FIELDS = frozenset({"url", "task", "priority", "meta", "dedup", "max_attempts", "max_stalls"})
+
+
+def _grouped(rows: list[list[Any]]) -> list[Any]:
+    """ARGV of enqueue.lua: runs of consecutive rows sharing (priority, dedup, task, max_attempts,
+    max_stalls) become one header ``count, priority, dedup, task, max_attempts, max_stalls`` followed by
+    ``id, payload`` per row, so the common fields travel (and are encoded by Lua) once per run."""
+    args: list[Any] = []
+    current = None
+    at = 0
+    for tid, priority, dedup, task, ma, ms, body in rows:
+        head = (priority, dedup, task, ma, ms)
+        if head != current:
+            current = head
+            at = len(args)
+            args += [0, priority, dedup, task, ma, ms]
+        args[at] += 1
+        args += (tid, body)
+    return args
 
 
 class TaskQueue:
@@ -112,18 +160,25 @@ class TaskQueue:
     # ------------------------------------------------------------------ enqueue
     def _prepare(self, url: str, task: str, priority: int, meta: Mapping[str, Any] | None, dedup: bool,
                  max_attempts: int | None, max_stalls: int | None) -> list[Any]:
-        check_url(url)
+        canonical = _simple_canonical(url)
+        if canonical is None:
+            check_url(url)
         check_task_name(task)
         check_int("priority", priority, *PRIORITY_RANGE)
         ma = self.max_attempts if max_attempts is None else check_int("max_attempts", max_attempts, 1, 1000)
         ms = self.max_stalls if max_stalls is None else check_int("max_stalls", max_stalls, 0, 1000)
-        payload: dict[str, Any] = {"u": url}
+        # The payload is the compact JSON {"u": url[, "m": meta]}, assembled from its parts (the same
+        # text json.dumps gives for that dict): a simple URL needs no escaping, meta is encoded once.
+        url_json = f'"{url}"' if canonical is not None else json.dumps(url, ensure_ascii=False)
+        body = f'{{"u":{url_json}}}'
         if meta is not None:
-            dumps_capped("meta", meta, self.meta_cap)
+            meta_json = dumps_capped("meta", meta, self.meta_cap)
             if meta:
-                payload["m"] = meta
-        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-        tid = task_id_for(task, url) if dedup else _random_id()
+                body = f'{{"u":{url_json},"m":{meta_json}}}'
+        if dedup:
+            tid = _dedup_id(task, canonical_url(url) if canonical is None else canonical)
+        else:
+            tid = _random_id()
         return [tid, priority, "1" if dedup else "0", task, ma, ms, body]
 
     def enqueue(self, url: str, task: str = DEFAULT_TASK, priority: int = 0,
@@ -145,7 +200,7 @@ class TaskQueue:
                 spec = {"url": spec}
             elif not isinstance(spec, Mapping):
                 raise InvalidInput(f"each task must be a URL or a dict, got {type(spec).__name__}")
-            unknown = set(spec) - {"url", "task", "priority", "meta", "dedup", "max_attempts", "max_stalls"}
+            unknown = spec.keys() - _SPEC_FIELDS
             if unknown:
                 raise InvalidInput(f"unknown task field(s): {', '.join(sorted(unknown))}")
             if "url" not in spec:
@@ -159,9 +214,13 @@ class TaskQueue:
         for start in range(0, len(rows), batch_size):
             pending = rows[start:start + batch_size]
             while pending:
-                reply = self._run("enqueue", *(v for row in pending for v in row))
-                # -1: a random id met an existing one (astronomically rare); retry with a new id.
-                pending = [row for row, code in zip(pending, reply, strict=True) if int(code) == -1]
+                codes = self._run("enqueue", *_grouped(pending))
+                if isinstance(codes, bytes):
+                    codes = codes.decode()
+                # One char per task. '-': a random id met an existing one (astronomically rare);
+                # retry with a new id.
+                pending = [row for row, code in zip(pending, codes, strict=True) if code == "-"] \
+                    if "-" in codes else []
                 for row in pending:
                     row[0] = _random_id()
         return [row[0] for row in rows]

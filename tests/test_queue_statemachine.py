@@ -114,6 +114,18 @@ class QueueMachine(RuleBasedStateMachine):
             self.completed.add(lease.task_id)
             assert self.q.checkpoint(lease.task_id) is None
 
+    @rule(pick=PICK)
+    def complete_and_claim(self, pick: int) -> None:
+        if (lease := self._pick(pick)) is None:
+            return
+        nxt = []
+        if self._fenced(lease, lambda: nxt.append(self.q.complete_and_claim(lease))):
+            assert lease.task_id not in self.completed, "completed twice"
+            self.completed.add(lease.task_id)
+            if nxt[0] is not None:
+                assert nxt[0].task_id not in self.completed
+                self.leases.append(nxt[0])
+
     @rule(pick=PICK, retry=st.booleans())
     def fail(self, pick: int, retry: bool) -> None:
         if (lease := self._pick(pick)) is None:

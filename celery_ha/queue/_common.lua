@@ -128,9 +128,12 @@ local function fenced(id, token)
   return st, payload
 end
 
--- Grant a lease on a task that is queued or dispatched. Returns the Lua reply for Python.
-local function grant(id, st, payload, worker, ttl, now)
-  if st.s == 'q' then
+-- Grant a lease on a task that is queued, dispatched, or already popped from its band (popped=true).
+-- Returns the reply Python turns into a Lease: {id, token, expiry_ms, record, checkpoint|false}.
+local function grant(id, st, payload, worker, ttl, now, popped)
+  if popped then
+    if st.s ~= 'q' then return nil end
+  elseif st.s == 'q' then
     unready(id, st)
   elseif st.s == 'd' then
     redis.call('ZREM', K_INFLIGHT, id)
@@ -140,7 +143,6 @@ local function grant(id, st, payload, worker, ttl, now)
   st.s = 'r'
   st.k = (st.k or 0) + 1
   st.w = worker
-  st.sa = now
   st.ut = now
   local expiry = now + ttl
   redis.call('ZADD', K_RUNNING, fmt(expiry), id)
@@ -148,4 +150,48 @@ local function grant(id, st, payload, worker, ttl, now)
   incr('claimed', 1)
   local ckpt = redis.call('HGET', K_CKPT, id)
   return {id, st.k, fmt(expiry), cjson.encode(st) .. '\n' .. payload, ckpt}
+end
+
+-- Standalone claim: promote due retries, then lease the best queued task (or return nil).
+local function claim_best(worker, ttl, promote_limit, now)
+  promote_due(now, promote_limit)
+  for _ = 1, 16 do
+    local id = pop_ready()
+    if not id then return nil end
+    local st, payload = load(id)
+    if st then
+      local reply = grant(id, st, payload, worker, ttl, now, true)
+      if reply then return reply end
+    end
+  end
+  return nil
+end
+
+-- Complete a task under its lease; false if the lease is not current. The completed history is
+-- bounded: records beyond history_max or older than history_age_ms are dropped a few per call
+-- (amortized), while dedup remembers finished ids in the lean `seen` set.
+local function complete_task(id, token, hmax, hage, now)
+  local st, payload = fenced(id, token)
+  if not st then return false end
+  redis.call('ZREM', K_RUNNING, id)
+  redis.call('HDEL', K_CKPT, id)
+  st.s = 'c'
+  st.w = nil
+  st.ut = now
+  st.e = nil
+  save(id, st, payload)
+  redis.call('ZADD', K_COMPLETED, now, id)
+  if st.dd then redis.call('SADD', K_SEEN, id) end
+  incr('completed', 1)
+  local over = redis.call('ZCARD', K_COMPLETED) - hmax
+  if over > 0 then
+    local old = redis.call('ZPOPMIN', K_COMPLETED, math.min(over, 8))
+    for j = 1, #old, 2 do redis.call('HDEL', K_TASKS, old[j]) end
+  end
+  local aged = redis.call('ZRANGEBYSCORE', K_COMPLETED, '-inf', now - hage, 'LIMIT', 0, 8)
+  for _, old in ipairs(aged) do
+    redis.call('ZREM', K_COMPLETED, old)
+    redis.call('HDEL', K_TASKS, old)
+  end
+  return true
 end

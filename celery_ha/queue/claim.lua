@@ -4,5 +4,5 @@
 -- (unknown, already running, waiting for a retry, completed or dead): the message is then dropped.
 local st, payload = load(ARGV[2])
 if not st then return false end
-local r = grant(ARGV[2], st, payload, ARGV[3], tonumber(ARGV[4]), now_ms())
+local r = grant(ARGV[2], st, payload, ARGV[3], tonumber(ARGV[4]), now_ms(), false)
 return r or false

@@ -302,6 +302,18 @@ class TaskQueue:
         if not ok:
             raise LeaseLost(f"lease on task {lease.task_id} (token {lease.token}) is lost")
 
+    def complete_and_claim(self, lease: Lease, worker: str | None = None, ttl: float | None = None
+                           ) -> Lease | None:
+        """Complete ``lease``'s task and claim the next queued one in the same script: one round trip
+        per task for a busy standalone worker. Returns the next lease, or None when the queue is empty;
+        raises LeaseLost (and changes nothing) if ``lease`` is not current."""
+        worker = lease.worker if worker is None else worker
+        reply = self._run("complete_next", lease.task_id, lease.token, self.history_max,
+                          int(self.history_age * 1000), worker, self._ttl_ms(ttl), 100)
+        if not int(reply[0]):
+            raise LeaseLost(f"lease on task {lease.task_id} (token {lease.token}) is lost")
+        return self._lease(reply[1], worker) if len(reply) > 1 else None
+
     def fail(self, lease: Lease, error: str, retry: bool = True) -> str:
         """Record a failed attempt: 'retry' (back to delayed with backoff) or 'dead'."""
         reply = self._run("fail", lease.task_id, lease.token, str(error)[:MAX_ERROR_CHARS],

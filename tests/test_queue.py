@@ -88,6 +88,15 @@ def test_enqueue_dedup_by_canonical_url(q: TaskQueue, r: redis.Redis) -> None:
     check_invariants(r, q)
 
 
+def test_enqueue_many_with_status_reports_new_and_duplicates(q: TaskQueue) -> None:
+    first = q.enqueue("https://example.com/1")
+    results = q.enqueue_many_with_status(["https://example.com/1", "https://example.com/2",
+                                          "https://example.com/2"])
+    assert [created for _, created in results] == [False, True, False]
+    assert results[0][0] == first and results[1][0] == results[2][0]
+    assert [i.url if i else None for i in q.get_many([first, "unknown"])] == ["https://example.com/1", None]
+
+
 def test_dedup_outlives_completion_and_history_trim(redis_url: str, r: redis.Redis) -> None:
     q = TaskQueue.from_url(redis_url, history_max=2)
     ids = q.enqueue_many([f"https://example.com/p/{i}" for i in range(5)])

@@ -8,7 +8,6 @@ from typing import IO, Any
 import click
 
 from ..errors import InvalidInput
-from ..queue import task_id_for
 from ..validation import PRIORITY_RANGE, check_task_name, check_url
 from .context import CLIContext, pass_cli
 from .kick import kick_pump
@@ -27,17 +26,6 @@ def _meta(text: str | None) -> dict[str, Any] | None:
         raise click.BadParameter("must be a JSON object, like '{\"source\": \"sitemap\"}'",
                                  param_hint="--meta")
     return value
-
-
-def _existing(obj: CLIContext, ids: list[str]) -> set[str]:
-    """Which dedup ids the namespace already knows (live, or finished and remembered)."""
-    keys = obj.queue.keys
-    pipe = obj.client.pipeline(transaction=False)
-    for tid in ids:
-        pipe.hexists(keys.tasks, tid)
-        pipe.sismember(keys.seen, tid)
-    flags = pipe.execute()
-    return {tid for i, tid in enumerate(ids) if flags[2 * i] or flags[2 * i + 1]}
 
 
 @click.command("enqueue")
@@ -84,13 +72,10 @@ def command(obj: CLIContext, urls: tuple[str, ...], source: IO[str] | None, task
     new = 0
     for start in range(0, len(lines), batch_size):
         batch = [u for _, u in lines[start:start + batch_size]]
-        if dedup:
-            wanted = [task_id_for(task, u) for u in batch]
-            known = _existing(obj, list(dict.fromkeys(wanted)))
         specs = [{"url": u, "task": task, "priority": priority, "meta": meta, "dedup": dedup,
                   "max_attempts": max_attempts} for u in batch]
-        ids = obj.queue.enqueue_many(specs, batch_size=batch_size)
-        new += len(set(ids) - known) if dedup else len(ids)
+        results = obj.queue.enqueue_many_with_status(specs, batch_size=batch_size)
+        new += sum(1 for _, created in results if created)
     broker = obj.settings.broker_url or obj.redis_url
     kicked = bool(new and pump
                   and kick_pump(obj.client, obj.namespace, broker, max_age=obj.settings.lease_ttl))

@@ -67,7 +67,7 @@ class Chaos:
         return running_by_worker(self.client, self.namespace)
 
     def _snapshot(self, task_ids: list[str]) -> dict[str, int]:
-        infos = self.queue._infos(task_ids)
+        infos = self.queue.get_many(task_ids)
         return {i.id: i.token for i in infos if i is not None and i.state == "running"}
 
     def kill_busy_child(self, worker_pids: list[int]) -> Failover | None:
@@ -115,7 +115,7 @@ class Chaos:
         if not pending:
             return
         ids = sorted({tid for f in pending for tid in f.held})
-        infos = {i.id: i for i in self.queue._infos(ids) if i is not None}
+        infos = {i.id: i for i in self.queue.get_many(ids) if i is not None}
         now = time.monotonic()
         for f in pending:
             moved = all(

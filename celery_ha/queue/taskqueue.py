@@ -194,6 +194,14 @@ class TaskQueue:
                      priority: int = 0, dedup: bool = True, batch_size: int = 1000) -> list[str]:
         """Queue many tasks, one round trip per batch. Each spec is a URL or a dict with the keyword
         arguments of :meth:`enqueue`. Every spec is validated before anything is written."""
+        return [tid for tid, _ in self.enqueue_many_with_status(
+            specs, task=task, priority=priority, dedup=dedup, batch_size=batch_size)]
+
+    def enqueue_many_with_status(self, specs: Iterable[str | Mapping[str, Any]], *,
+                                 task: str = DEFAULT_TASK, priority: int = 0, dedup: bool = True,
+                                 batch_size: int = 1000) -> list[tuple[str, bool]]:
+        """Like :meth:`enqueue_many`, with each id paired with True when this call created the task
+        and False when it was a duplicate (decided atomically by the server, not by a pre-check)."""
         rows: list[list[Any]] = []
         for spec in specs:
             if isinstance(spec, str):
@@ -211,19 +219,20 @@ class TaskQueue:
                 dedup if spec.get("dedup") is None else bool(spec["dedup"]),
                 spec.get("max_attempts"), spec.get("max_stalls")))
         batch_size = max(1, min(int(batch_size), MAX_BATCH))
+        created: dict[int, bool] = {}
         for start in range(0, len(rows), batch_size):
-            pending = rows[start:start + batch_size]
+            pending = list(range(start, min(start + batch_size, len(rows))))
             while pending:
-                codes = self._run("enqueue", *_grouped(pending))
+                codes = self._run("enqueue", *_grouped([rows[i] for i in pending]))
                 if isinstance(codes, bytes):
                     codes = codes.decode()
-                # One char per task. '-': a random id met an existing one (astronomically rare);
-                # retry with a new id.
-                pending = [row for row, code in zip(pending, codes, strict=True) if code == "-"] \
-                    if "-" in codes else []
-                for row in pending:
-                    row[0] = _random_id()
-        return [row[0] for row in rows]
+                # One char per task: '1' new, '0' duplicate, '-' a random id met an existing one
+                # (astronomically rare): retried with a new id.
+                created.update((i, code == "1") for i, code in zip(pending, codes, strict=True))
+                pending = [i for i, code in zip(pending, codes, strict=True) if code == "-"]
+                for i in pending:
+                    rows[i][0] = _random_id()
+        return [(row[0], created[i]) for i, row in enumerate(rows)]
 
     # ------------------------------------------------------------------ leases
     def _lease(self, reply: list[Any] | None, worker: str) -> Lease | None:
@@ -382,6 +391,10 @@ class TaskQueue:
             return []
         raws = self.client.hmget(self.keys.tasks, ids)
         return [TaskInfo.parse(i, raw) if raw else None for i, raw in zip(ids, raws, strict=True)]
+
+    def get_many(self, task_ids: list[str]) -> list[TaskInfo | None]:
+        """Snapshots of many tasks in one round trip (None for unknown or trimmed ids)."""
+        return self._infos(list(task_ids))
 
     def get(self, task_id: str) -> TaskInfo:
         """Snapshot of one task; TaskNotFound if the id is unknown (or its history was trimmed)."""

@@ -18,6 +18,7 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Integers as strings: ZADD scores, and the record's timestamps (cjson formats big numbers slowly).
 local function fmt(n)
   return string.format('%.0f', n)
 end
@@ -77,7 +78,9 @@ end
 
 local function wake(n)
   if n > 0 then
-    for _ = 1, math.min(n, 64) do redis.call('RPUSH', K_WAKE, '1') end
+    local tokens = {}
+    for j = 1, math.min(n, 64) do tokens[j] = '1' end
+    redis.call('RPUSH', K_WAKE, unpack(tokens))
     redis.call('LTRIM', K_WAKE, -64, -1)
   end
 end
@@ -100,7 +103,7 @@ end
 local function to_dead(id, st, now, reason)
   st.s = 'x'
   st.e = reason
-  st.ut = now
+  st.ut = fmt(now)
   redis.call('ZADD', K_DEAD, now, id)
   incr('died', 1)
 end
@@ -111,7 +114,7 @@ local function stall(id, st, payload, now, reason)
   redis.call('ZREM', K_RUNNING, id)
   st.st = (st.st or 0) + 1
   st.w = nil
-  st.ut = now
+  st.ut = fmt(now)
   if st.st > (st.ms or 3) then
     to_dead(id, st, now, 'stalled ' .. st.st .. ' times: ' .. reason)
   else
@@ -143,7 +146,7 @@ local function grant(id, st, payload, worker, ttl, now, popped)
   st.s = 'r'
   st.k = (st.k or 0) + 1
   st.w = worker
-  st.ut = now
+  st.ut = fmt(now)
   local expiry = now + ttl
   redis.call('ZADD', K_RUNNING, fmt(expiry), id)
   save(id, st, payload)
@@ -177,7 +180,7 @@ local function complete_task(id, token, hmax, hage, now)
   redis.call('HDEL', K_CKPT, id)
   st.s = 'c'
   st.w = nil
-  st.ut = now
+  st.ut = fmt(now)
   st.e = nil
   save(id, st, payload)
   redis.call('ZADD', K_COMPLETED, now, id)

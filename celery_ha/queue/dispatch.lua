@@ -27,7 +27,7 @@ while room > 0 do
   local st, payload = load(id)
   if st and st.s == 'q' then
     st.s = 'd'
-    st.ut = now
+    st.ut = fmt(now)
     save(id, st, payload)
     redis.call('ZADD', K_INFLIGHT, now, id)
     out[#out + 1] = id

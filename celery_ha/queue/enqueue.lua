@@ -23,7 +23,7 @@ end
 local i = 2
 while i <= #ARGV do
   local count, p, dd, name = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
-  local st = {n = name, ct = now, ma = tonumber(ARGV[i + 4]), ms = tonumber(ARGV[i + 5])}
+  local st = {n = name, ct = fmt(now), ma = tonumber(ARGV[i + 4]), ms = tonumber(ARGV[i + 5])}
   i = i + 6
   if p ~= 0 then st.p = p end
   if dd == '1' then st.dd = 1 end

@@ -11,7 +11,7 @@ redis.call('ZREM', K_RUNNING, id)
 st.a = (st.a or 0) + 1
 st.e = ARGV[4]
 st.w = nil
-st.ut = now
+st.ut = fmt(now)
 incr('failed', 1)
 if ARGV[5] == '1' and st.a < (st.ma or 3) then
   local delay = math.min(tonumber(ARGV[7]), tonumber(ARGV[6]) * 2 ^ (st.a - 1))
@@ -20,7 +20,7 @@ if ARGV[5] == '1' and st.a < (st.ma or 3) then
   delay = delay * (0.5 + math.random())
   local due = now + math.floor(delay)
   st.s = 'w'
-  st.due = due
+  st.due = fmt(due)
   redis.call('ZADD', K_DELAYED, fmt(due), id)
   save(id, st, payload)
   incr('retried', 1)

@@ -17,7 +17,7 @@ for _, id in ipairs(ids) do
   if st and st.s == 'r' then
     st.st = (st.st or 0) + 1
     st.w = nil
-    st.ut = now
+    st.ut = fmt(now)
     if st.st > (st.ms or 3) then
       to_dead(id, st, now, 'stalled ' .. st.st .. ' times: lease expired')
       dead = dead + 1

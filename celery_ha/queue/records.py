@@ -56,7 +56,7 @@ class TaskInfo:
 
         def secs(key: str) -> float | None:
             v = st.get(key)
-            return None if v is None else v / 1000.0
+            return None if v is None else float(v) / 1000.0
 
         return cls(
             id=task_id,

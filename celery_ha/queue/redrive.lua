@@ -10,7 +10,7 @@ local function revive(id)
   st.st = nil
   st.pe = st.e
   st.e = nil
-  st.ut = now_ms()
+  st.ut = fmt(now_ms())
   push_ready(id, st, false)
   save(id, st, payload)
   return 1

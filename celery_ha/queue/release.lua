@@ -15,7 +15,7 @@ if ARGV[5] == '1' then
 else
   redis.call('ZREM', K_RUNNING, id)
   st.w = nil
-  st.ut = now
+  st.ut = fmt(now)
   push_ready(id, st, true)
   save(id, st, payload)
   state = 'q'

@@ -343,7 +343,7 @@ class TaskQueue:
                           "1" if count_stall else "0", reason[:MAX_ERROR_CHARS])
         return {"q": "queued", "x": "dead"}.get(reply) if reply else None
 
-    def reclaim_expired(self, batch: int = 500, max_batches: int = 100) -> int:
+    def reclaim_expired(self, batch: int = 1000, max_batches: int = 100) -> int:
         """Return tasks whose lease expired to the queue (or to dead past ``max_stalls``).
 
         Works oldest-expiry first in bounded batches; cost is O(expired), not O(running).

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +24,8 @@ from celery_ha.queue import TaskQueue
 from celery_ha.settings import Settings
 from celery_ha.workers import list_workers
 
+from .polling import wait_until
+
 ROOT = Path(__file__).resolve().parent.parent
 CELERY = str(Path(sys.executable).parent / "celery")
 T = TypeVar("T")
@@ -33,15 +34,8 @@ _broker_dbs = itertools.cycle(range(1, 16))
 
 def wait_for(predicate: Callable[[], T], timeout: float = 20.0, interval: float = 0.05,
              message: str = "condition") -> T:
-    """Poll ``predicate`` until it returns something truthy; fail with ``message`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
+    """:func:`tests.polling.wait_until` with the longer defaults real worker processes need."""
+    return wait_until(predicate, timeout, interval, message)
 
 
 class Cluster:

@@ -1,7 +1,7 @@
 """Helpers for the CLI, embedded-Redis and demo tests (no tests here).
 
 Run ``celery-ha`` in-process and check the one-line error contract; find processes by a marker in
-their environment, to prove a command left nothing behind.
+their environment, to prove a command left nothing behind (also after a Ctrl-C: :func:`interrupt`).
 """
 
 from __future__ import annotations
@@ -9,14 +9,16 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
-from collections.abc import Callable, Sequence
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner, Result
 
 from celery_ha.cli import main
+
+from .polling import wait_until
 
 SECRET = "s3cr3t-pw"
 
@@ -42,16 +44,10 @@ def assert_one_line_error(result: Result, *, code: int | None = None, contains: 
     return lines[0]
 
 
-def poll(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02, what: str = "") -> Any:
-    """Return predicate()'s first truthy value, failing after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s {what}")
-        time.sleep(interval)
+def poll(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02,
+         what: str = "condition") -> Any:
+    """:func:`tests.polling.wait_until` with this module's longer defaults (test_embedded uses it)."""
+    return wait_until(predicate, timeout, interval, what)
 
 
 def pids_with_env(marker: str) -> list[int]:
@@ -66,6 +62,28 @@ def pids_with_env(marker: str) -> list[int]:
                 state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
                 if state not in ("Z", "X"):
                     out.append(int(entry.name))
+    return out
+
+
+@contextlib.contextmanager
+def reaped(proc: subprocess.Popen[str], marker: str) -> Iterator[subprocess.Popen[str]]:
+    """Run the body; then kill ``proc`` if it still runs and SIGKILL whatever carries ``marker``."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        kill_all(pids_with_env(marker))
+
+
+def interrupt(proc: subprocess.Popen[str], marker: str, *, returncode: int, says: str, what: str) -> str:
+    """Ctrl-C ``proc``: it must exit with ``returncode``, print ``says`` and no traceback, and leave no
+    process carrying ``marker`` behind. Returns its output."""
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == returncode, out[-3000:]
+    assert says in out and "Traceback" not in out
+    wait_until(lambda: pids_with_env(marker) == [], timeout=15, what=what)
     return out
 
 

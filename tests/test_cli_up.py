@@ -16,7 +16,8 @@ from celery_ha.cli.supervisor import Supervisor, group_alive
 from celery_ha.redis_server import free_port
 from celery_ha.workers import list_workers
 
-from .test_cli_helpers import kill_all, pids_with_env, poll
+from .polling import wait_until
+from .test_cli_helpers import interrupt, pids_with_env, reaped
 
 CLI = [sys.executable, "-m", "celery_ha.cli"]
 
@@ -29,7 +30,8 @@ def test_supervisor_stops_whole_process_groups() -> None:
                                       "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
                                       "print('ready', flush=True); time.sleep(300)"])
     assert child.pid and stubborn.pid
-    poll(lambda: len(Path(f"/proc/{child.pid}/task/{child.pid}/children").read_text().split()) == 2)
+    children = Path(f"/proc/{child.pid}/task/{child.pid}/children")
+    wait_until(lambda: len(children.read_text().split()) == 2, timeout=10)
     sup.stop_all(timeout=1)  # the stubborn one needs SIGKILL after the timeout
     assert not group_alive(child.pid) and not group_alive(stubborn.pid)
     sup.stop_all()  # idempotent
@@ -39,7 +41,7 @@ def test_supervisor_restart_and_exited() -> None:
     sup = Supervisor(stop_timeout=2)
     try:
         sup.start("quick", [sys.executable, "-c", "pass"])
-        exited = poll(lambda: sup.exited())
+        exited = wait_until(lambda: sup.exited(), timeout=10)
         assert [c.name for c in exited] == ["quick"]
         sup.restart("quick")
         assert sup.children["quick"].restarts == 1
@@ -60,11 +62,11 @@ def test_up_runs_worker_beat_flower_and_ctrl_c_stops_all(redis_url: str, tmp_pat
                             cwd=tmp_path,
                             # as a shell starts a background job: SIGINT ignored; `up` must still obey it
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    try:
+    with reaped(proc, marker):
         import redis
 
         client = redis.Redis.from_url(redis_url, decode_responses=True)
-        poll(lambda: list_workers(client, namespace), timeout=90, what="worker registered")
+        wait_until(lambda: list_workers(client, namespace), timeout=90, what="worker registered")
 
         def flower_up() -> bool:
             try:
@@ -73,17 +75,9 @@ def test_up_runs_worker_beat_flower_and_ctrl_c_stops_all(redis_url: str, tmp_pat
             except OSError:
                 return False
 
-        poll(flower_up, timeout=90, interval=0.2, what="flower answering")
+        wait_until(flower_up, timeout=90, interval=0.2, what="flower answering")
         assert len(pids_with_env(marker)) >= 4  # worker + its pool child + beat + flower
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
-        assert proc.returncode == 0, out[-3000:]
-        assert "all processes stopped" in out and "Traceback" not in out
-        poll(lambda: pids_with_env(marker) == [], timeout=15, what="all up processes gone")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        kill_all(pids_with_env(marker))
+        interrupt(proc, marker, returncode=0, says="all processes stopped", what="all up processes gone")
 
 
 def test_up_with_unreachable_redis_is_one_line(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -17,7 +16,8 @@ from celery_ha.demo.runner import broker_url_for, inject_failures
 from celery_ha.demo.site import DemoSite
 from celery_ha.embedded import EmbeddedRedis
 
-from .test_cli_helpers import kill_all, pids_with_env, poll
+from .polling import wait_until
+from .test_cli_helpers import interrupt, pids_with_env, reaped
 
 CLI = [sys.executable, "-m", "celery_ha.cli"]
 
@@ -38,12 +38,8 @@ def test_short_chaos_demo_verifies_and_cleans_up(tmp_path: Path) -> None:
            "2", "--concurrency", "3", "--chaos", "--timeout", "200", "--report-json", str(report_file)]
     proc = subprocess.Popen(cmd, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
-    try:
+    with reaped(proc, f"CELERY_HA_NAMESPACE={namespace}"):
         out, _ = proc.communicate(timeout=280)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        kill_all(pids_with_env(f"CELERY_HA_NAMESPACE={namespace}"))
     assert proc.returncode == 0, out[-4000:]
     assert "VERIFIED: 0 lost, 0 duplicate items" in out
     report = json.loads(report_file.read_text())
@@ -79,17 +75,9 @@ def test_ctrl_c_stops_every_demo_process(redis_url: str, tmp_path: Path) -> None
            "--workers", "1", "--concurrency", "2", "--timeout", "300"]
     proc = subprocess.Popen(cmd, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
-    try:
-        poll(lambda: len(pids_with_env(marker)) >= 4, timeout=90, what="worker, pool and beat up")
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
-        assert proc.returncode == 130, out[-3000:]
-        assert "interrupted" in out and "Traceback" not in out
-        poll(lambda: pids_with_env(marker) == [], timeout=15, what="all demo processes gone")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        kill_all(pids_with_env(marker))
+    with reaped(proc, marker):
+        wait_until(lambda: len(pids_with_env(marker)) >= 4, timeout=90, what="worker, pool and beat up")
+        interrupt(proc, marker, returncode=130, says="interrupted", what="all demo processes gone")
 
 
 def test_demo_refuses_a_namespace_it_did_not_create(redis_url: str, tmp_path: Path) -> None:

@@ -12,23 +12,19 @@ import requests
 from celery_ha.errors import InvalidInput
 from celery_ha.fetcher import Fetcher, FetchError, PermanentFetchError, RobotsDisallowed, classify
 from celery_ha.proxy import PoolConfig, ProxyPool
-from tests.proxy_farm import ProxyFarm, TestSite
+from tests.proxy_farm import ProxyFarm, TestSite, started
 
 P = "cha:{default}:px:"
 
 
 @pytest.fixture
 def site() -> Iterator[TestSite]:
-    s = TestSite("a").start()
-    yield s
-    s.stop()
+    yield from started(TestSite("a"))
 
 
 @pytest.fixture
 def farm() -> Iterator[ProxyFarm]:
-    f = ProxyFarm(5, first=50).start()
-    yield f
-    f.stop()
+    yield from started(ProxyFarm(5, first=50))
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from celery_ha.proxy import (
     check_proxies,
     parse_alive,
 )
-from tests.proxy_farm import ApiEndpoint, ForwardProxy, ProxyFarm, TestSite
+from tests.proxy_farm import ApiEndpoint, ForwardProxy, ProxyFarm, TestSite, started
 
 P = "cha:{default}:px:"
 SECRET = "s3cr3tPW"
@@ -32,17 +32,13 @@ SECRET = "s3cr3tPW"
 
 @pytest.fixture
 def site() -> Iterator[TestSite]:
-    s = TestSite("a").start()
-    yield s
-    s.stop()
+    yield from started(TestSite("a"))
 
 
 @pytest.fixture
 def tunnel() -> Iterator[ForwardProxy]:
     exits = [f"127.0.0.{70 + i}" for i in range(8)]
-    t = ForwardProxy(exits, auth=(r"cust-session-(?P<session>\w+)|cust", SECRET)).start()
-    yield t
-    t.stop()
+    yield from started(ForwardProxy(exits, auth=(r"cust-session-(?P<session>\w+)|cust", SECRET)))
 
 
 def make_pool(redis_url: str, **kw: object) -> ProxyPool:

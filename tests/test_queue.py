@@ -13,18 +13,7 @@ from celery_ha.connection import redis_client
 from celery_ha.queue import task_id_for
 
 from .invariants import check_invariants
-
-
-def poll(predicate, timeout: float = 10.0, interval: float = 0.02):
-    """Return predicate()'s first truthy value, failing the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
+from .polling import wait_until
 
 
 def redis_ms(r: redis.Redis) -> float:
@@ -227,7 +216,7 @@ def test_complete_and_claim_is_one_round_trip_per_task(counted: TaskQueue, r: re
 def test_complete_and_claim_with_a_stale_lease_changes_nothing(q: TaskQueue, r: redis.Redis) -> None:
     q.enqueue_many(["https://example.com/a", "https://example.com/b"])
     stale = q.claim_next("w1", ttl=0.05)
-    poll(lambda: q.reclaim_expired())
+    wait_until(lambda: q.reclaim_expired(), timeout=10)
     snapshot = dump(r)
     with pytest.raises(LeaseLost):
         q.complete_and_claim(stale)
@@ -239,7 +228,7 @@ def test_fail_retries_with_backoff_then_dead(redis_url: str, r: redis.Redis) -> 
     tid = q.enqueue("https://example.com/a", max_attempts=3)
     dues = []
     for attempt in (1, 2):
-        lease = poll(lambda: q.claim_next("w"))
+        lease = wait_until(lambda: q.claim_next("w"), timeout=10)
         assert lease.task.attempt == attempt
         t0 = redis_ms(r)
         assert q.fail(lease, f"boom {attempt}") == "retry"
@@ -251,7 +240,7 @@ def test_fail_retries_with_backoff_then_dead(redis_url: str, r: redis.Redis) -> 
         dues.append(info.due_at)
         assert q.claim_next("w") is None  # not due yet (unless the machine is very slow)
         check_invariants(r, q)
-    lease = poll(lambda: q.claim_next("w"))
+    lease = wait_until(lambda: q.claim_next("w"), timeout=10)
     assert q.fail(lease, "boom 3") == "dead"
     info = q.get(tid)
     assert info.state == "dead" and info.error == "boom 3" and info.attempts == 3
@@ -288,7 +277,7 @@ def test_redrive_resets_stalls(redis_url: str, r: redis.Redis) -> None:
     q = TaskQueue.from_url(redis_url, max_stalls=0)
     tid = q.enqueue("https://example.com/a")
     q.claim_next("w", ttl=0.05)
-    poll(lambda: q.reclaim_expired())
+    wait_until(lambda: q.reclaim_expired(), timeout=10)
     assert q.get(tid).state == "dead"
     q.redrive(tid)
     assert q.get(tid).stalls == 0 and q.claim_next("w").task_id == tid
@@ -299,7 +288,7 @@ def test_lease_expiry_is_reclaimed_and_counts_a_stall(q: TaskQueue, r: redis.Red
     tid = q.enqueue("https://example.com/a")
     lease = q.claim_next("w1", ttl=0.1)
     assert q.reclaim_expired() == 0 or q.get(tid).state == "queued"
-    assert poll(lambda: q.get(tid).state == "queued" or q.reclaim_expired())
+    assert wait_until(lambda: q.get(tid).state == "queued" or q.reclaim_expired(), timeout=10)
     info = q.get(tid)
     assert info.state == "queued" and info.stalls == 1 and info.attempt == 2
     assert q.stats()["reclaimed"] == 1
@@ -325,7 +314,7 @@ def test_stale_holder_is_fenced_out(q: TaskQueue, r: redis.Redis) -> None:
     tid = q.enqueue("https://example.com/a")
     stale = q.claim_next("w1", ttl=0.05)
     q.save_checkpoint(stale, {"page": 1})
-    poll(lambda: q.reclaim_expired())
+    wait_until(lambda: q.reclaim_expired(), timeout=10)
     owner = q.claim_next("w2")
     q.save_checkpoint(owner, {"page": 5})
     q.commit(owner, [("item-1", {"n": 1})])
@@ -355,7 +344,7 @@ def test_poison_pill_goes_dead_after_max_stalls(redis_url: str, r: redis.Redis) 
         lease = q.claim_next("w", ttl=0.05)
         if lease is None or lease.task_id != poison:
             break
-        poll(lambda: q.reclaim_expired())  # the worker "died": its lease expires
+        wait_until(lambda: q.reclaim_expired(), timeout=10)  # the worker "died": its lease expires
         stalls += 1
     assert stalls == 3  # max_stalls=2: the third stall is one too many
     info = q.get(poison)
@@ -382,7 +371,7 @@ def test_reclaim_is_bounded_and_oldest_first(q: TaskQueue, r: redis.Redis) -> No
     ids = q.enqueue_many([f"https://example.com/{i}" for i in range(30)])
     for _ in ids:
         q.claim_next("w", ttl=0.01)
-    poll(lambda: r.zcount(q.keys.running, "-inf", redis_ms(r)) == 30)
+    wait_until(lambda: r.zcount(q.keys.running, "-inf", redis_ms(r)) == 30, timeout=10)
     assert q.reclaim_expired(batch=7, max_batches=1) == 7
     assert q.stats()["running"] == 23
     assert q.reclaim_expired(batch=7) == 23  # keeps going while batches are full
@@ -413,7 +402,7 @@ def test_dispatch_promotes_due_retries(q: TaskQueue, r: redis.Redis) -> None:
     tid = q.enqueue("https://example.com/a")
     q.dispatch(window=1)
     q.fail(q.claim(tid, "w"), "transient")
-    sent = poll(lambda: q.dispatch(window=1))
+    sent = wait_until(lambda: q.dispatch(window=1), timeout=10)
     assert [t for t, _, _ in sent] == [tid]
     assert q.get(tid).state == "dispatched"
 

@@ -2,61 +2,67 @@
 
 The demo needs many "IPs" without a network: on Linux the whole 127.0.0.0/8 block is local, so a
 proxy that binds its *upstream* socket to 127.0.0.N makes the target site see client IP 127.0.0.N.
-The site's per-IP rate limit then behaves as it would against real proxies. (Product copy of the
-proxy engineer's ``tests/proxy_farm.py`` farm: the package must not import from tests.)
+The site's per-IP rate limit then behaves as it would against real proxies.
+
+This is the one implementation, used by the demo and by the tests (``tests/proxy_farm.py`` imports it):
+
+* :class:`ForwardProxy` is a threaded plain-HTTP forward proxy (absolute-URI requests). It can require
+  Basic ``Proxy-Authorization`` and act as a rotating tunnel with sticky sessions, add a random delay
+  per hop, or play dead.
+* :class:`ProxyFarm` is ``n`` such proxies, proxy i leaving from 127.0.0.(first + i).
+
+Everything listens on, and leaves from, 127.0.0.x only.
 """
 
 from __future__ import annotations
 
 import base64
 import http.client
+import itertools
+import random
+import re
 import threading
+import time
+import zlib
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 HOP_HEADERS = frozenset({"connection", "proxy-connection", "proxy-authorization", "keep-alive",
                          "transfer-encoding", "te", "trailer", "upgrade"})
 
+_S = TypeVar("_S", bound="LoopbackServer")
 
-class _Server(ThreadingHTTPServer):
+
+def _loopback(ip: str) -> str:
+    """The guard: only 127.0.0.x addresses, so nothing here ever touches a real network."""
+    if not ip.startswith("127.0.0."):
+        raise ValueError(f"the proxy farm only uses 127.0.0.x addresses, not {ip!r}")
+    return ip
+
+
+class QuietServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
 
     def handle_error(self, request: object, client_address: object) -> None:
-        """Stay quiet: the demo SIGKILLs clients mid-request on purpose (connection resets)."""
+        """Stay quiet: clients killed mid-request (the demo's chaos), clients that gave up (timeout
+        tests) and stopped upstreams are all expected here."""
 
 
-class ForwardProxy:
-    """A plain-HTTP forward proxy on 127.0.0.1 whose upstream connections leave from ``exit_ip``.
+class LoopbackServer:
+    """An HTTP server on a 127.0.0.x address, served by a daemon thread: ``start()`` / ``stop()``."""
 
-    With ``auth=(user, password)`` it requires Basic Proxy-Authorization (so the demo shows that
-    credentials are masked everywhere). ``alive=False`` makes it drop connections (a dead proxy).
-    """
-
-    def __init__(self, exit_ip: str, auth: tuple[str, str] | None = None, host: str = "127.0.0.1") -> None:
-        if not exit_ip.startswith("127."):
-            raise ValueError("the demo farm only uses loopback exits")
-        self.exit_ip = exit_ip
-        self.auth = auth
-        self.alive = True
-        self.requests = 0
-        self.errors = 0
-        self._lock = threading.Lock()
-        self.server = _Server((host, 0), self._handler())
-        self.host = host
+    def _serve(self, handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1",
+               name: str | None = None) -> None:
+        self.host = _loopback(host)
+        self.server = QuietServer((host, 0), handler)
         self.port = int(self.server.server_address[1])
-        self.thread = threading.Thread(target=self.server.serve_forever, name=f"proxy-{exit_ip}", daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), name=name, daemon=True)
 
-    def url(self) -> str:
-        creds = f"{self.auth[0]}:{self.auth[1]}@" if self.auth else ""
-        return f"http://{creds}{self.host}:{self.port}"
-
-    @property
-    def id(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    def start(self) -> ForwardProxy:
+    def start(self: _S) -> _S:
         self.thread.start()
         return self
 
@@ -64,16 +70,76 @@ class ForwardProxy:
         self.server.shutdown()
         self.server.server_close()
 
-    def _authorized(self, header: str) -> bool:
+
+class ForwardProxy(LoopbackServer):
+    """A plain-HTTP forward proxy on 127.0.0.1 whose upstream connections leave from ``exit_ips``.
+
+    ``exit_ips`` is one 127.0.0.x address or a list of them. ``auth=(user_pattern, password)``: require
+    Basic Proxy-Authorization; ``user_pattern`` is a regex whose optional group ``session`` selects a
+    sticky exit (crc32(session) % len(exit_ips)). Without a session the exits rotate per request (a
+    tunnel). ``delay=(lo, hi)`` sleeps uniformly in [lo, hi] seconds per hop. ``alive=False`` drops every
+    connection without answering (a dead proxy).
+    """
+
+    upstream_timeout = 15.0
+
+    def __init__(
+        self,
+        exit_ips: str | Sequence[str],
+        auth: tuple[str, str] | None = None,
+        delay: tuple[float, float] = (0.0, 0.0),
+        host: str = "127.0.0.1",
+    ) -> None:
+        exits = [exit_ips] if isinstance(exit_ips, str) else list(exit_ips)
+        if not exits:
+            raise ValueError("a forward proxy needs at least one exit address")
+        self.exit_ips = [_loopback(ip) for ip in exits]
+        self.auth = auth
+        self.delay = delay
+        self.alive = True
+        self.requests = 0  # every request answered (including 407s)
+        self.auth_failures = 0
+        self.errors = 0  # upstream failures (answered 502)
+        self._rotation = itertools.cycle(range(len(self.exit_ips)))
+        self._lock = threading.Lock()
+        self._serve(self._handler(), host, name=f"proxy-{self.exit_ips[0]}")
+
+    def url(self, user: str = "", password: str = "") -> str:
+        creds = f"{user}:{password}@" if user else ""
+        return f"http://{creds}{self.host}:{self.port}"
+
+    @property
+    def id(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def exit_ip(self) -> str:
+        return self.exit_ips[0]
+
+    def sticky_ip(self, session: str) -> str:
+        return self.exit_ips[zlib.crc32(session.encode()) % len(self.exit_ips)]
+
+    def _choose_exit(self, session: str | None) -> str:
+        if session:
+            return self.sticky_ip(session)
+        with self._lock:
+            return self.exit_ips[next(self._rotation)]
+
+    def _check_auth(self, header: str) -> tuple[str | None, bool]:
+        """(session or None, authorized?) for a Proxy-Authorization header value."""
         if self.auth is None:
-            return True
+            return None, True
         if not header.startswith("Basic "):
-            return False
+            return None, False
         try:
             user, _, password = base64.b64decode(header[6:]).decode().partition(":")
         except ValueError:
-            return False
-        return (user, password) == self.auth
+            return None, False
+        pattern, expected = self.auth
+        m = re.fullmatch(pattern, user)
+        if not m or password != expected:
+            return None, False
+        return m.groupdict().get("session"), True
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         proxy = self
@@ -89,20 +155,27 @@ class ForwardProxy:
                     self.close_connection = True
                     self.connection.close()
                     return
-                if not proxy._authorized(self.headers.get("Proxy-Authorization", "")):
+                with proxy._lock:
+                    proxy.requests += 1
+                session, ok = proxy._check_auth(self.headers.get("Proxy-Authorization", ""))
+                if not ok:
+                    with proxy._lock:
+                        proxy.auth_failures += 1
                     self.send_response(407)
-                    self.send_header("Proxy-Authenticate", 'Basic realm="demo"')
+                    self.send_header("Proxy-Authenticate", 'Basic realm="farm"')
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                with proxy._lock:
-                    proxy.requests += 1
                 target = urlsplit(self.path)
                 if target.scheme != "http" or not target.hostname:
                     self.send_error(400, "absolute http URI required")
                     return
-                conn = http.client.HTTPConnection(target.hostname, target.port or 80, timeout=15,
-                                                  source_address=(proxy.exit_ip, 0))
+                low, high = proxy.delay
+                if high:
+                    time.sleep(random.uniform(low, high))  # a slow hop, on purpose
+                exit_ip = _loopback(proxy._choose_exit(session))
+                conn = http.client.HTTPConnection(target.hostname, target.port or 80,
+                                                  timeout=proxy.upstream_timeout, source_address=(exit_ip, 0))
                 try:
                     headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
                     headers["Connection"] = "close"
@@ -129,12 +202,19 @@ class ForwardProxy:
 
 
 class ProxyFarm:
-    """``n`` forward proxies; proxy i leaves from 127.0.0.(first + i)."""
+    """``n`` forward proxies, proxy i leaving from 127.0.0.(first + i).
 
-    def __init__(self, n: int, first: int = 2, auth: tuple[str, str] | None = None) -> None:
-        if not 1 <= n or first + n > 254:
-            raise ValueError("the farm fits 127.0.0.2-127.0.0.254")
-        self.proxies = [ForwardProxy(f"127.0.0.{first + i}", auth=auth) for i in range(n)]
+    ``auth=(user, password)`` is a literal user name (escaped into the proxies' user pattern); the farm's
+    :attr:`urls` then carry the credentials. ``delay`` is passed to every proxy.
+    """
+
+    def __init__(self, n: int, first: int = 2, auth: tuple[str, str] | None = None,
+                 delay: tuple[float, float] = (0.0, 0.0)) -> None:
+        if n < 1 or first < 1 or first + n - 1 > 254:
+            raise ValueError("the farm fits 127.0.0.1-127.0.0.254")
+        self.auth = auth
+        pattern = (re.escape(auth[0]), auth[1]) if auth else None
+        self.proxies = [ForwardProxy(f"127.0.0.{first + i}", auth=pattern, delay=delay) for i in range(n)]
 
     def start(self) -> ProxyFarm:
         for p in self.proxies:
@@ -147,8 +227,16 @@ class ProxyFarm:
 
     @property
     def urls(self) -> list[str]:
-        return [p.url() for p in self.proxies]
+        return [p.url(*(self.auth or ())) for p in self.proxies]
 
     @property
     def requests(self) -> int:
         return sum(p.requests for p in self.proxies)
+
+    def by_id(self, proxy_id: str) -> ForwardProxy:
+        """The proxy behind a pool id ("127.0.0.1:port", optionally "~session")."""
+        port = int(proxy_id.split("~")[0].rsplit(":", 1)[1])
+        return next(p for p in self.proxies if p.port == port)
+
+    def ip_of(self, proxy_id: str) -> str:
+        return self.by_id(proxy_id).exit_ip

@@ -30,6 +30,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .errors import ConfigurationError
+from .processes import pid_alive
 from .redis_server import RedisProcess, find_redis_server, free_port
 
 DEFAULT_DATA_DIR = ".celery-ha"
@@ -74,21 +75,6 @@ def embedded_binary() -> str:
     except (ImportError, AttributeError):
         pass
     return find_redis_server()
-
-
-def _pid_alive(pid: int) -> bool:
-    """True if ``pid`` runs and is not a zombie (a zombie has exited; only its parent must reap it)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return True
 
 
 def _is_redis_process(pid: int) -> bool:
@@ -271,7 +257,7 @@ class EmbeddedRedis:
             finally:
                 client.close()
             deadline = time.monotonic() + timeout
-            while st.pid and _pid_alive(st.pid):
+            while st.pid and pid_alive(st.pid):
                 if time.monotonic() > deadline:
                     raise ConfigurationError(
                         f"embedded Redis (pid {st.pid}) did not stop within {timeout:.0f}s")

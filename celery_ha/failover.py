@@ -25,28 +25,11 @@ from typing import Any
 
 import redis
 
+from .processes import pid_alive
 from .runtime import Runtime, runtime
 from .workers import running_by_worker, unregister
 
 log = logging.getLogger(__name__)
-
-
-def pid_alive(pid: int) -> bool:
-    """True if ``pid`` is a live (not zombie) process."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            state = fh.read().rsplit(")", 1)[1].split()[0]
-        return state not in ("Z", "X")
-    except (FileNotFoundError, IndexError, ProcessLookupError):
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
 
 
 def _parent_of(pid: int) -> int | None:

@@ -24,11 +24,11 @@ CLI = [sys.executable, "-m", "celery_ha.cli"]
 
 def test_supervisor_stops_whole_process_groups() -> None:
     sup = Supervisor(stop_timeout=5)
-    # sh ignores SIGTERM while waiting? No: but its background grandchild must die with the group.
+    # Background grandchildren of the shell must die with its process group.
     child = sup.start("tree", ["sh", "-c", "sleep 300 & sleep 300 & wait"])
     stubborn = sup.start("stubborn", [sys.executable, "-c",
-                                      "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
-                                      "print('ready', flush=True); time.sleep(300)"])
+                                      "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+                                      "print('ready', flush=True); signal.pause()"])
     assert child.pid and stubborn.pid
     children = Path(f"/proc/{child.pid}/task/{child.pid}/children")
     wait_until(lambda: len(children.read_text().split()) == 2, timeout=10)

@@ -13,7 +13,8 @@ import pytest
 import redis
 
 from celery_ha.connection import resolve_redis_url
-from celery_ha.embedded import EmbeddedRedis, _pid_alive, locate_data_dir
+from celery_ha.embedded import EmbeddedRedis, locate_data_dir
+from celery_ha.processes import pid_alive
 from celery_ha.redis_server import RedisProcess, free_port
 from celery_ha.settings import Settings
 
@@ -31,7 +32,7 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     pid = emb.status().pid
     emb.stop()
     if pid:
-        assert not _pid_alive(pid)
+        assert not pid_alive(pid)
 
 
 def test_starts_on_demand_and_attaches(data_dir: Path) -> None:
@@ -57,7 +58,7 @@ def test_two_processes_starting_at_once_get_one_server(data_dir: Path) -> None:
         results.append(tuple(json.loads(out)))
     assert len(set(results)) == 1  # one URL, one pid
     pid = results[0][1]
-    assert _pid_alive(pid)  # outlives the processes that started it
+    assert pid_alive(pid)  # outlives the processes that started it
 
 
 def test_data_survives_stop_and_restart(data_dir: Path) -> None:
@@ -68,7 +69,7 @@ def test_data_survives_stop_and_restart(data_dir: Path) -> None:
     client.close()
     pid = emb.status().pid
     assert emb.stop() is True
-    assert not _pid_alive(pid) and not emb.status().running
+    assert not pid_alive(pid) and not emb.status().running
     assert (data_dir / "appendonly.aof").exists()
     assert emb.stop() is False  # already stopped
     client = redis.Redis.from_url(emb.ensure_running())
@@ -134,4 +135,4 @@ def test_embedded_stop_waits_for_the_process(data_dir: Path) -> None:
     pid = emb.status().pid
     assert pid and os.path.exists(f"/proc/{pid}")
     emb.stop()
-    poll(lambda: not _pid_alive(pid), timeout=5)
+    poll(lambda: not pid_alive(pid), timeout=5)

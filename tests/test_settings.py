@@ -1,0 +1,47 @@
+"""Settings: environment first, Django settings as the fallback, one clear error for a bad value."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from celery_ha.errors import ConfigurationError
+from celery_ha.settings import Settings
+
+
+def test_defaults_and_overrides() -> None:
+    s = Settings.from_env({})
+    assert (s.namespace, s.lease_ttl, s.heartbeat_interval, s.max_attempts, s.proxy_rate) == (
+        "default", 30.0, 5.0, 3, (5, 60.0))
+    s = Settings.from_env({"CELERY_HA_NAMESPACE": "shop", "CELERY_HA_PROXY_RATE": "2/10",
+                           "CELERY_HA_OBEY_ROBOTS": "no"})
+    assert (s.namespace, s.proxy_rate, s.obey_robots) == ("shop", (2, 10.0), False)
+
+
+@pytest.mark.parametrize(("env", "needle"), [
+    ({"CELERY_HA_LEASE_TTL": "soon"}, "CELERY_HA_LEASE_TTL"),
+    ({"CELERY_HA_MAX_ATTEMPTS": "0"}, "CELERY_HA_MAX_ATTEMPTS"),
+    ({"CELERY_HA_NAMESPACE": "a b"}, "CELERY_HA_NAMESPACE"),
+    ({"CELERY_HA_PROXY_RATE": "fast"}, "CELERY_HA_PROXY_RATE"),
+    ({"CELERY_HA_OBEY_ROBOTS": "maybe"}, "CELERY_HA_OBEY_ROBOTS"),
+    ({"CELERY_HA_LEASE_TTL": "5", "CELERY_HA_HEARTBEAT_INTERVAL": "5"}, "CELERY_HA_HEARTBEAT_INTERVAL"),
+])
+def test_bad_values_name_the_variable(env: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigurationError, match=needle):
+        Settings.from_env(env)
+
+
+def test_django_settings_are_the_fallback() -> None:
+    pytest.importorskip("django")
+    code = (
+        "from django.conf import settings\n"
+        "settings.configure(CELERY_HA_NAMESPACE='from-django', CELERY_HA_LEASE_TTL=12)\n"
+        "from celery_ha.settings import Settings\n"
+        "s = Settings.from_env()\n"
+        "print(s.namespace, s.lease_ttl)\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "CELERY_HA_LEASE_TTL": "20"}  # the environment wins over Django
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split() == ["from-django", "20.0"]

@@ -108,15 +108,45 @@ local function to_dead(id, st, now, reason)
   incr('died', 1)
 end
 
--- Take a running task back after its holder vanished: counts a stall; dead past max_stalls.
--- Returns 'q' (queued again) or 'x' (dead).
-local function stall(id, st, payload, now, reason)
-  redis.call('ZREM', K_RUNNING, id)
+-- Ids headed for the ready lists, grouped by band, so a batch costs one push per band.
+local function band_batch()
+  return {order = {}, ids = {}}
+end
+
+local function band_add(batch, p, id)
+  local ids = batch.ids[p]
+  if not ids then
+    ids = {}
+    batch.ids[p] = ids
+    batch.order[#batch.order + 1] = p
+  end
+  ids[#ids + 1] = id
+end
+
+-- Push every collected id to its band with `cmd`: RPUSH (back) or LPUSH (front; the same order as
+-- pushing them one by one), then mark each band ready once.
+local function band_flush(batch, cmd)
+  for _, p in ipairs(batch.order) do
+    local ids = batch.ids[p]
+    for j = 1, #ids, 1000 do
+      redis.call(cmd, ready_key(p), unpack(ids, j, math.min(j + 999, #ids)))
+    end
+    redis.call('ZADD', K_READYP, -p, tostring(p))
+  end
+end
+
+-- Take back a running task whose holder vanished (the caller already removed it from `running`):
+-- counts a stall; dead past max_stalls, else queued at the front of its band, pushed now or
+-- collected into `batch`. Returns 'q' (queued again) or 'x' (dead).
+local function stall(id, st, payload, now, reason, batch)
   st.st = (st.st or 0) + 1
   st.w = nil
   st.ut = fmt(now)
   if st.st > (st.ms or 3) then
     to_dead(id, st, now, 'stalled ' .. st.st .. ' times: ' .. reason)
+  elseif batch then
+    band_add(batch, st.p or 0, id)
+    st.s = 'q'
   else
     push_ready(id, st, true)
   end

@@ -10,8 +10,7 @@ local reply = {}
 local created, duplicates = 0, 0
 local fresh = {}   -- ids created by this call: their HSET may still be pending
 local records = {} -- pending HSET arguments: id, record, id, record, ...
-local bands = {}   -- bands in first-use order
-local queued = {}  -- band -> ids to RPUSH, in order
+local queued = band_batch()
 
 local function write_records()
   if #records > 0 then
@@ -29,12 +28,6 @@ while i <= #ARGV do
   if dd == '1' then st.dd = 1 end
   st.s = 'q'
   local head = cjson.encode(st) .. '\n'
-  local ids = queued[p]
-  if not ids then
-    ids = {}
-    queued[p] = ids
-    bands[#bands + 1] = p
-  end
   for _ = 1, count do
     local id = ARGV[i]
     if fresh[id] or redis.call('HEXISTS', K_TASKS, id) == 1 or redis.call('SISMEMBER', K_SEEN, id) == 1 then
@@ -49,7 +42,7 @@ while i <= #ARGV do
       records[#records + 1] = id
       records[#records + 1] = head .. ARGV[i + 1]
       if #records >= 2000 then write_records() end
-      ids[#ids + 1] = id
+      band_add(queued, p, id)
       created = created + 1
       reply[#reply + 1] = '1'
     end
@@ -57,15 +50,7 @@ while i <= #ARGV do
   end
 end
 write_records()
-for _, p in ipairs(bands) do
-  local ids = queued[p]
-  if #ids > 0 then
-    for j = 1, #ids, 1000 do
-      redis.call('RPUSH', ready_key(p), unpack(ids, j, math.min(j + 999, #ids)))
-    end
-    redis.call('ZADD', K_READYP, -p, tostring(p))
-  end
-end
+band_flush(queued, 'RPUSH')
 incr('duplicates', duplicates)
 incr('enqueued', created)
 wake(created)

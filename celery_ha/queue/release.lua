@@ -10,10 +10,10 @@ if ARGV[3] ~= '' and st.k ~= tonumber(ARGV[3]) then return false end
 if ARGV[4] ~= '' and st.w ~= ARGV[4] then return false end
 local now = now_ms()
 local state
+redis.call('ZREM', K_RUNNING, id)
 if ARGV[5] == '1' then
   state = stall(id, st, payload, now, ARGV[6])
 else
-  redis.call('ZREM', K_RUNNING, id)
   st.w = nil
   st.ut = fmt(now)
   push_ready(id, st, true)

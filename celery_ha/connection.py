@@ -7,7 +7,7 @@ which redis-py understands natively; celery-ha adds nothing of its own there.
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import redis
 
@@ -50,14 +50,3 @@ def resolve_redis_url(settings: Settings | None = None) -> str:
     from .embedded import EmbeddedRedis
 
     return EmbeddedRedis(settings.data_dir).ensure_running()
-
-
-def strip_password(url: str) -> str:
-    """The URL without its password, for display."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit((parts.scheme, f"{user}:***@{netloc}" if user else f"***@{netloc}", parts.path,
-                       parts.query, parts.fragment))

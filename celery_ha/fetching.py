@@ -46,14 +46,15 @@ def fetcher() -> Fetcher:
     with _lock:
         if _state.get("pid") == os.getpid() and now - _state["checked"] < POOL_RECHECK_SECONDS:
             return _state["fetcher"]
-        pool = ProxyPool(rt.client, rt.settings.namespace)
+        same_process = _state.get("pid") == os.getpid()
+        pool: ProxyPool = _state["pool"] if same_process else ProxyPool(rt.client, rt.settings.namespace)
         use_pool = _pool_has_proxies(pool)
-        current: Fetcher | None = _state.get("fetcher") if _state.get("pid") == os.getpid() else None
+        current: Fetcher | None = _state.get("fetcher") if same_process else None
         if current is None or (current.pool is not None) != use_pool:
             current = Fetcher(pool if use_pool else None, worker=rt.worker_name,
                               obey_robots=rt.settings.obey_robots,
                               direct_when_empty=rt.settings.direct_when_empty)
-        _state.update(pid=os.getpid(), checked=now, fetcher=current)
+        _state.update(pid=os.getpid(), checked=now, fetcher=current, pool=pool)
         return current
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import redis
 
 from .connection import mask_url, redis_client
-from .queue import TaskQueue
+from .queue import Dispatched, TaskQueue
 from .settings import Settings
 from .workers import alive_count
 
@@ -115,18 +115,17 @@ def _waiting_ids(app: Any, queues: Iterable[str]) -> set[str] | None:
     return out
 
 
-def send(app: Any, triples: list[tuple[str, str, int]]) -> int:
-    """Send one Celery message per (id, task name, priority); skip ids already waiting."""
-    if not triples:
-        return 0
-    queues = {_queue_of(app, name) for _, name, _ in triples}
-    waiting = _waiting_ids(app, queues) or set()
+def send(app: Any, batch: list[Dispatched]) -> int:
+    """Send one Celery message per dispatched task. A re-sent task whose first message is still
+    waiting in the broker is skipped; only then are the broker lists read (fresh tasks have none)."""
+    resent = {d.task for d in batch if d.resent}
+    waiting = (_waiting_ids(app, {_queue_of(app, name) for name in resent}) or set()) if resent else set()
     sent = 0
-    for task_id, name, priority in triples:
-        if task_id in waiting:
+    for d in batch:
+        if d.resent and d.task_id in waiting:
             continue
-        app.send_task(name, args=[task_id], queue=_queue_of(app, name),
-                      priority=celery_priority(priority), task_id=message_id(task_id))
+        app.send_task(d.task, args=[d.task_id], queue=_queue_of(app, d.task),
+                      priority=celery_priority(d.priority), task_id=message_id(d.task_id))
         sent += 1
     return sent
 
@@ -134,10 +133,10 @@ def send(app: Any, triples: list[tuple[str, str, int]]) -> int:
 def pump(q: TaskQueue, app: Any, settings: Settings, window: int | None = None) -> int:
     """Dispatch up to the window and send the messages; returns how many were sent."""
     size = window if window is not None else effective_window(q, settings)
-    triples = q.dispatch(size, redispatch_after=settings.redispatch_after)
-    sent = send(app, triples)
-    if triples:
-        log.debug("pump: window %d, dispatched %d, sent %d", size, len(triples), sent)
+    batch = q.dispatch(size, redispatch_after=settings.redispatch_after)
+    sent = send(app, batch)
+    if batch:
+        log.debug("pump: window %d, dispatched %d, sent %d", size, len(batch), sent)
     return sent
 
 

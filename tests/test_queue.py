@@ -382,17 +382,18 @@ def test_reclaim_is_bounded_and_oldest_first(q: TaskQueue, r: redis.Redis) -> No
 def test_dispatch_respects_window_and_redispatches_lost_messages(q: TaskQueue, r: redis.Redis) -> None:
     ids = q.enqueue_many([f"https://example.com/{i}" for i in range(10)])
     first = q.dispatch(window=4)
-    assert [t for t, _, _ in first] == ids[:4]
-    assert all(name == "fetch_page" for _, name, _ in first)
+    assert [d.task_id for d in first] == ids[:4]
+    assert all(d.task == "fetch_page" and not d.resent for d in first)
     assert q.dispatch(window=4) == []  # window full
     lease = q.claim(ids[0], "w")
     assert q.claim(ids[0], "w2") is None  # a duplicate message for a running task is dropped
-    assert [t for t, _, _ in q.dispatch(window=4)] == [ids[4]]
+    assert [d.task_id for d in q.dispatch(window=4)] == [ids[4]]
     q.complete(lease)
     assert q.claim(ids[0], "w") is None  # and for a completed one
     # dispatched but never claimed (message lost): sent again after the timeout, not duplicated
     again = q.dispatch(window=4, redispatch_after=0.0)
-    assert sorted(t for t, _, _ in again) == sorted(ids[1:5])
+    assert sorted(d.task_id for d in again) == sorted(ids[1:5])
+    assert all(d.resent for d in again)
     s = q.stats()
     assert (s["dispatched"], s["queued"]) == (4, 5)
     check_invariants(r, q)
@@ -403,7 +404,7 @@ def test_dispatch_promotes_due_retries(q: TaskQueue, r: redis.Redis) -> None:
     q.dispatch(window=1)
     q.fail(q.claim(tid, "w"), "transient")
     sent = wait_until(lambda: q.dispatch(window=1), timeout=10)
-    assert [t for t, _, _ in sent] == [tid]
+    assert [d.task_id for d in sent] == [tid]
     assert q.get(tid).state == "dispatched"
 
 

@@ -31,7 +31,7 @@ def test_every_script_runs_on_redis_6_2(server62: RedisProcess) -> None:
     assert r.info("server")["redis_version"].startswith("6.2")
     q = TaskQueue.from_url(server62.url, max_stalls=0, backoff_base=0.01, backoff_cap=0.02)
     a, b, c = q.enqueue_many([f"https://example.com/{i}" for i in range(3)])
-    assert [t for t, _, _ in q.dispatch(window=2)] == [a, b]
+    assert [d.task_id for d in q.dispatch(window=2)] == [a, b]
     lease = q.claim(a, "w")
     q.renew(lease)
     q.save_checkpoint(lease, {"page": 2})

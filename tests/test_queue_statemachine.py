@@ -75,7 +75,7 @@ class QueueMachine(RuleBasedStateMachine):
     def dispatch(self, window: int) -> None:
         before = self.q.stats()["dispatched"]
         sent = self.q.dispatch(window, redispatch_after=0.02)
-        assert len({t for t, _, _ in sent}) == len(sent)
+        assert len({d.task_id for d in sent}) == len(sent)
         assert self.q.stats()["dispatched"] <= max(window, before)
 
     @rule(pick=PICK, worker=st.sampled_from(["w1", "w2"]))

@@ -3,7 +3,8 @@
 -- ARGV: prefix, window, redispatch_after_ms, promote_limit.
 -- 1. promote due retries; 2. re-stamp dispatched tasks never claimed within redispatch_after_ms
 -- (their message was lost) and send them again; 3. move ready tasks to inflight up to the window.
--- Reply: flat list of {id, name, priority} for which the caller sends one Celery message each.
+-- Reply: flat list of {id, name, priority, resent (1 = sent before, its message may be lost)}; the
+-- caller sends one Celery message each.
 local now = now_ms()
 promote_due(now, tonumber(ARGV[4]))
 local out = {}
@@ -15,6 +16,7 @@ for _, id in ipairs(stale) do
     out[#out + 1] = id
     out[#out + 1] = st.n
     out[#out + 1] = st.p or 0
+    out[#out + 1] = 1
   else
     redis.call('ZREM', K_INFLIGHT, id)
   end
@@ -33,6 +35,7 @@ while room > 0 do
     out[#out + 1] = id
     out[#out + 1] = st.n
     out[#out + 1] = st.p or 0
+    out[#out + 1] = 0
     room = room - 1
   end
 end

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 #: Internal one-letter state codes (kept short: they are stored once per task) -> public names.
 STATE_NAMES = {
@@ -98,3 +98,12 @@ class Lease:
     @property
     def meta(self) -> dict[str, Any]:
         return self.task.meta
+
+
+class Dispatched(NamedTuple):
+    """One task the pump moved to ``dispatched``: send it one broker message."""
+
+    task_id: str
+    task: str
+    priority: int
+    resent: bool  # dispatched before and never claimed: its first message may still be waiting

@@ -36,7 +36,7 @@ from ..validation import (
     check_url,
     dumps_capped,
 )
-from .records import Lease, TaskInfo
+from .records import Dispatched, Lease, TaskInfo
 
 _HERE = Path(__file__).parent
 DEFAULT_TASK = "fetch_page"
@@ -358,12 +358,13 @@ class TaskQueue:
         return total
 
     def dispatch(self, window: int, redispatch_after: float = 60.0, promote_limit: int = 1000
-                 ) -> list[tuple[str, str, int]]:
+                 ) -> list[Dispatched]:
         """Move up to ``window - dispatched`` tasks from ready to dispatched, promote due retries and
-        pick up dispatched tasks never claimed within ``redispatch_after`` seconds. Returns the
-        (id, task name, priority) triples the caller must send one broker message for."""
+        pick up dispatched tasks never claimed within ``redispatch_after`` seconds (``resent``: their
+        message may still be waiting, or lost). The caller sends one broker message for each."""
         flat = self._run("dispatch", int(window), int(redispatch_after * 1000), int(promote_limit))
-        return [(flat[i], flat[i + 1], int(flat[i + 2])) for i in range(0, len(flat), 3)]
+        return [Dispatched(flat[i], flat[i + 1], int(flat[i + 2]), bool(int(flat[i + 3])))
+                for i in range(0, len(flat), 4)]
 
     # ------------------------------------------------------------------ dead letters
     def dead(self, limit: int = 100, offset: int = 0) -> list[TaskInfo]:

@@ -5,6 +5,6 @@
 -- {1, lease} (completed, and `lease` is the next task's).
 local now = now_ms()
 if not complete_task(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), now) then return {0} end
-local nxt = claim_best(ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8]), now)
+local nxt = claim_best(ARGV[6], tonumber(ARGV[7]), ARGV[8], now)
 if nxt then return {1, nxt} end
 return {1}

@@ -6,16 +6,16 @@
 -- Reply: flat list of {id, name, priority, resent (1 = sent before, its message may be lost)}; the
 -- caller sends one Celery message each.
 local now = now_ms()
-promote_due(now, tonumber(ARGV[4]))
+promote_due(now, ARGV[4])
 local out = {}
-local stale = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', now - tonumber(ARGV[3]), 'LIMIT', 0, 1000)
+local stale = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', fmt(now - tonumber(ARGV[3])), 'LIMIT', 0, 1000)
 for _, id in ipairs(stale) do
   local st = load(id)
   if st and st.s == 'd' then
-    redis.call('ZADD', K_INFLIGHT, now, id)
+    redis.call('ZADD', K_INFLIGHT, fmt(now), id)
     out[#out + 1] = id
     out[#out + 1] = st.n
-    out[#out + 1] = st.p or 0
+    out[#out + 1] = st.p or '0'
     out[#out + 1] = 1
   else
     redis.call('ZREM', K_INFLIGHT, id)
@@ -31,10 +31,10 @@ while room > 0 do
     st.s = 'd'
     st.ut = fmt(now)
     save(id, st, payload)
-    redis.call('ZADD', K_INFLIGHT, now, id)
+    redis.call('ZADD', K_INFLIGHT, fmt(now), id)
     out[#out + 1] = id
     out[#out + 1] = st.n
-    out[#out + 1] = st.p or 0
+    out[#out + 1] = st.p or '0'
     out[#out + 1] = 0
     room = room - 1
   end

@@ -6,6 +6,31 @@
 -- The state part of a record is the same for a whole run, so it is encoded once per run; records and
 -- ready ids are written with one HSET / RPUSH per 1000 tasks and each band is marked ready once.
 local now = now_ms()
+
+-- Which ids exist already (a live record, or a finished dedup id in `seen`): one HMGET and one
+-- SMISMEMBER per 1000 ids instead of two lookups per task.
+local taken = {}
+do
+  local ids = {}
+  local i = 2
+  while i <= #ARGV do
+    local count = tonumber(ARGV[i])
+    i = i + 6
+    for _ = 1, count do
+      ids[#ids + 1] = ARGV[i]
+      i = i + 2
+    end
+  end
+  for j = 1, #ids, 1000 do
+    local last = math.min(j + 999, #ids)
+    local records = redis.call('HMGET', K_TASKS, unpack(ids, j, last))
+    local finished = redis.call('SMISMEMBER', K_SEEN, unpack(ids, j, last))
+    for k = 1, last - j + 1 do
+      if records[k] or finished[k] == 1 then taken[ids[j + k - 1]] = true end
+    end
+  end
+end
+
 local reply = {}
 local created, duplicates = 0, 0
 local fresh = {}   -- ids created by this call: their HSET may still be pending
@@ -21,16 +46,16 @@ end
 
 local i = 2
 while i <= #ARGV do
-  local count, p, dd, name = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3]
-  local st = {n = name, ct = fmt(now), ma = tonumber(ARGV[i + 4]), ms = tonumber(ARGV[i + 5])}
+  local count, p, dd, name = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local st = {n = name, ct = fmt(now), ma = ARGV[i + 4], ms = ARGV[i + 5]}
   i = i + 6
-  if p ~= 0 then st.p = p end
-  if dd == '1' then st.dd = 1 end
+  if p ~= '0' then st.p = p end
+  if dd == '1' then st.dd = '1' end
   st.s = 'q'
   local head = cjson.encode(st) .. '\n'
   for _ = 1, count do
     local id = ARGV[i]
-    if fresh[id] or redis.call('HEXISTS', K_TASKS, id) == 1 or redis.call('SISMEMBER', K_SEEN, id) == 1 then
+    if fresh[id] or taken[id] then
       if dd == '1' then
         reply[#reply + 1] = '0'
         duplicates = duplicates + 1

@@ -8,15 +8,16 @@ local st, payload = fenced(id, ARGV[3])
 if not st then return false end
 local now = now_ms()
 redis.call('ZREM', K_RUNNING, id)
-st.a = (st.a or 0) + 1
+local attempts = (tonumber(st.a) or 0) + 1
+st.a = tostring(attempts)
 st.e = ARGV[4]
 st.w = nil
 st.ut = fmt(now)
 incr('failed', 1)
-if ARGV[5] == '1' and st.a < (st.ma or 3) then
-  local delay = math.min(tonumber(ARGV[7]), tonumber(ARGV[6]) * 2 ^ (st.a - 1))
+if ARGV[5] == '1' and attempts < (tonumber(st.ma) or 3) then
+  local delay = math.min(tonumber(ARGV[7]), tonumber(ARGV[6]) * 2 ^ (attempts - 1))
   local t = redis.call('TIME')
-  math.randomseed(tonumber(t[2]) + st.k * 7919)
+  math.randomseed(tonumber(t[2]) + tonumber(st.k) * 7919)
   delay = delay * (0.5 + math.random())
   local due = now + math.floor(delay)
   st.s = 'w'

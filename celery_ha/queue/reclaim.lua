@@ -1,24 +1,36 @@
 --#include _common
 -- Reclaim expired leases, oldest expiry first, at most `batch` per call (cost O(expired)).
 -- ARGV: prefix, batch. Reply: {reclaimed, dead, more (1 if the batch was full)}.
--- The batch leaves `running` in one ZREM and re-enters the front of its bands in one LPUSH per band.
+-- Bulk commands per 1000 ids: the batch leaves `running` in one ZREM, its records are read with one
+-- HMGET and written back with one HSET, and it re-enters the front of its bands in one LPUSH per band.
 local now = now_ms()
 local batch = tonumber(ARGV[2])
-local ids = redis.call('ZRANGEBYSCORE', K_RUNNING, '-inf', now, 'LIMIT', 0, batch)
-for j = 1, #ids, 1000 do
-  redis.call('ZREM', K_RUNNING, unpack(ids, j, math.min(j + 999, #ids)))
-end
+local ids = redis.call('ZRANGEBYSCORE', K_RUNNING, '-inf', fmt(now), 'LIMIT', 0, batch)
 local requeued, dead = 0, 0
 local front = band_batch()
-for _, id in ipairs(ids) do
-  local st, payload = load(id)
-  if st and st.s == 'r' then
-    if stall(id, st, payload, now, 'lease expired', front) == 'x' then
-      dead = dead + 1
-    else
-      requeued = requeued + 1
+for j = 1, #ids, 1000 do
+  local last = math.min(j + 999, #ids)
+  redis.call('ZREM', K_RUNNING, unpack(ids, j, last))
+  local raws = redis.call('HMGET', K_TASKS, unpack(ids, j, last))
+  local writes = {}
+  for k = 1, last - j + 1 do
+    local raw = raws[k]
+    if raw then
+      local id = ids[j + k - 1]
+      local nl = string.find(raw, '\n', 1, true)
+      local st = cjson.decode(string.sub(raw, 1, nl - 1))
+      if st.s == 'r' then
+        if stall(id, st, now, 'lease expired', front) == 'x' then
+          dead = dead + 1
+        else
+          requeued = requeued + 1
+        end
+        writes[#writes + 1] = id
+        writes[#writes + 1] = encode(st, string.sub(raw, nl + 1))
+      end
     end
   end
+  if #writes > 0 then redis.call('HSET', K_TASKS, unpack(writes)) end
 end
 band_flush(front, 'LPUSH')
 incr('reclaimed', requeued + dead)

@@ -6,13 +6,14 @@
 local id = ARGV[2]
 local st, payload = load(id)
 if not st or st.s ~= 'r' then return false end
-if ARGV[3] ~= '' and st.k ~= tonumber(ARGV[3]) then return false end
+if ARGV[3] ~= '' and st.k ~= ARGV[3] then return false end
 if ARGV[4] ~= '' and st.w ~= ARGV[4] then return false end
 local now = now_ms()
 local state
 redis.call('ZREM', K_RUNNING, id)
 if ARGV[5] == '1' then
-  state = stall(id, st, payload, now, ARGV[6])
+  state = stall(id, st, now, ARGV[6])
+  save(id, st, payload)
 else
   st.w = nil
   st.ut = fmt(now)

@@ -44,20 +44,14 @@ MAX_BATCH = 10_000
 
 
 _ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-_ID_LEN = 12  # 62**12 ~ 2**71: collision-free in practice, and 12 chars fit Redis' 16-byte allocation
-_ID_SPACE = len(_ALPHABET) ** _ID_LEN
+_ID_LEN = 12  # ~71 bits: collision-free in practice, and 12 chars fit Redis' 16-byte allocation
+# Byte -> alphanumeric character (byte mod 62), so an id is one C-level translate of 12 random or
+# digest bytes. The first 8 characters are slightly likelier (5/256 vs 4/256): 5.95 bits per char.
+_BYTE_TO_CHAR = bytes(ord(_ALPHABET[b % len(_ALPHABET)]) for b in range(256))
 
 
-# Two base-62 digits at a time, least significant first (the order of the one-digit loop it replaced).
-_PAIRS = [_ALPHABET[n % 62] + _ALPHABET[n // 62] for n in range(62 * 62)]
-
-
-def _encode_id(number: int) -> str:
-    chars = []
-    for _ in range(_ID_LEN // 2):
-        number, pair = divmod(number, 3844)
-        chars.append(_PAIRS[pair])
-    return "".join(chars)
+def _encode_id(raw: bytes) -> str:
+    return raw[:_ID_LEN].translate(_BYTE_TO_CHAR).decode("ascii")
 
 
 # The common URL shape (lower-case http(s) scheme and host, no port, user, query or fragment, a path of
@@ -77,8 +71,7 @@ def _simple_canonical(url: object) -> str | None:
 
 
 def _dedup_id(task: str, canonical: str) -> str:
-    digest = hashlib.sha256(f"{task}\0{canonical}".encode()).digest()
-    return _encode_id(int.from_bytes(digest[:16], "big") % _ID_SPACE)
+    return _encode_id(hashlib.sha256(f"{task}\0{canonical}".encode()).digest())
 
 
 def task_id_for(task: str, url: str) -> str:
@@ -88,7 +81,7 @@ def task_id_for(task: str, url: str) -> str:
 
 
 def _random_id() -> str:
-    return _encode_id(secrets.randbelow(_ID_SPACE))
+    return _encode_id(secrets.token_bytes(_ID_LEN))
 
 
 _SPEC_FIELDS = frozenset({"url", "task", "priority", "meta", "dedup", "max_attempts", "max_stalls"})

@@ -59,23 +59,36 @@ META = {"start_page": 1}
 
 # --------------------------------------------------------------------------------------- counting
 class CountingConnection(redis.Connection):
-    """Counts round trips (requests written) and commands sent, per process."""
+    """Counts round trips (requests written) and commands sent, per process.
+
+    Everything goes through ``send_packed_command`` (redis-py's own calls, pipelines, and the task
+    layer's scripts, which pack with hiredis), so the commands are counted by reading the RESP arrays
+    of what is written."""
 
     round_trips = 0
     commands = 0
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         CountingConnection.round_trips += 1
-        super().send_packed_command(command, check_health)
+        chunks = [command] if isinstance(command, (bytes, str)) else list(command)
+        data = b"".join(c.encode() if isinstance(c, str) else bytes(c) for c in chunks)
+        CountingConnection.commands += count_resp_commands(data)
+        super().send_packed_command(chunks, check_health)
 
-    def send_command(self, *args: Any, **kwargs: Any) -> None:
-        CountingConnection.commands += 1
-        super().send_command(*args, **kwargs)
 
-    def pack_commands(self, commands: Any) -> Any:
-        commands = list(commands)
-        CountingConnection.commands += len(commands)
-        return super().pack_commands(commands)
+def count_resp_commands(data: bytes) -> int:
+    """Number of commands (top-level RESP arrays of bulk strings) in a request."""
+    count, at = 0, 0
+    while at < len(data):
+        end = data.index(b"\r\n", at)
+        assert data[at:at + 1] == b"*", data[at:at + 20]
+        items = int(data[at + 1:end])
+        at = end + 2
+        for _ in range(items):
+            end = data.index(b"\r\n", at)
+            at = end + 2 + int(data[at + 1:end]) + 2
+        count += 1
+    return count
 
 
 def client(port: int, counting: bool = False) -> redis.Redis:

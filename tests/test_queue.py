@@ -378,6 +378,17 @@ def test_reclaim_is_bounded_and_oldest_first(q: TaskQueue, r: redis.Redis) -> No
     check_invariants(r, q)
 
 
+def test_reclaim_of_exactly_one_batch_is_one_round_trip(counted: TaskQueue, r: redis.Redis) -> None:
+    for url in [f"https://example.com/{i}" for i in range(7)]:
+        counted.enqueue(url)
+        counted.claim_next("w", ttl=0.01)
+    wait_until(lambda: r.zcount(counted.keys.running, "-inf", redis_ms(r)) == 7, timeout=10)
+    CountingConnection.writes = 0
+    assert counted.reclaim_expired(batch=7) == 7
+    assert CountingConnection.writes == 1  # the script said no expired lease remains
+    check_invariants(r, counted)
+
+
 # ---------------------------------------------------------------- dispatch (the pump's core)
 def test_dispatch_respects_window_and_redispatches_lost_messages(q: TaskQueue, r: redis.Redis) -> None:
     ids = q.enqueue_many([f"https://example.com/{i}" for i in range(10)])

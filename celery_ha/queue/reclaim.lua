@@ -1,6 +1,6 @@
 --#include _common
 -- Reclaim expired leases, oldest expiry first, at most `batch` per call (cost O(expired)).
--- ARGV: prefix, batch. Reply: {reclaimed, dead, more (1 if the batch was full)}.
+-- ARGV: prefix, batch. Reply: {requeued, dead, more (1 if expired leases remain)}.
 -- Bulk commands per 1000 ids: the batch leaves `running` in one ZREM, its records are read with one
 -- HMGET and written back with one HSET, and it re-enters the front of its bands in one LPUSH per band.
 local now = now_ms()
@@ -35,4 +35,6 @@ end
 band_flush(front, 'LPUSH')
 incr('reclaimed', requeued + dead)
 wake(requeued)
-return {requeued, dead, #ids == batch and 1 or 0}
+-- `more` only when expired leases remain (a full batch alone would cost the caller an empty call).
+local more = #ids == batch and #redis.call('ZRANGEBYSCORE', K_RUNNING, '-inf', fmt(now), 'LIMIT', '0', '1') or 0
+return {requeued, dead, more}

@@ -258,6 +258,15 @@ def test_fail_without_retry_goes_dead_at_once(q: TaskQueue, r: redis.Redis) -> N
     check_invariants(r, q)
 
 
+def test_dead_letters_list_in_death_order(q: TaskQueue) -> None:
+    """Deaths one round trip apart (several per millisecond) keep their order."""
+    ids = q.enqueue_many([f"https://example.com/{i}" for i in range(40)])
+    leases = [q.claim_next("w") for _ in ids]
+    for lease in leases:
+        q.fail(lease, "HTTP 410", retry=False)
+    assert [t.id for t in q.dead(limit=100)] == ids
+
+
 def test_redrive_one_and_all(q: TaskQueue, r: redis.Redis) -> None:
     ids = q.enqueue_many([f"https://example.com/{i}" for i in range(3)])
     for _ in ids:

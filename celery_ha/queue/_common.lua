@@ -15,9 +15,16 @@ local K_CKPT, K_STATS, K_WAKE = KEYS[9], KEYS[10], KEYS[11]
 local PREFIX = ARGV[1]
 
 -- Redis server time in milliseconds: the only clock any lease, due time or timestamp uses.
+local clock_s, clock_us
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  clock_s, clock_us = t[1], tonumber(t[2])
+  return tonumber(t[1]) * 1000 + math.floor(clock_us / 1000)
+end
+
+-- The same instant in microseconds, as a score string: orders deaths that fall in one millisecond.
+local function now_us_score()
+  return clock_s .. string.format('%06d', clock_us)
 end
 
 -- Integers as strings: ZADD scores, and the record's timestamps. Lua would format a number argument
@@ -118,7 +125,7 @@ local function to_dead(id, st, now, reason)
   st.s = 'x'
   st.e = reason
   st.ut = fmt(now)
-  redis.call('ZADD', K_DEAD, fmt(now), id)
+  redis.call('ZADD', K_DEAD, now_us_score(), id)
   incr('died', 1)
 end
 

@@ -109,6 +109,20 @@ def test_priority_then_fifo(q: TaskQueue, r: redis.Redis) -> None:
     check_invariants(r, q)
 
 
+def test_a_stack_of_emptied_bands_never_hides_a_queued_task(q: TaskQueue, r: redis.Redis) -> None:
+    """Each claim of a new, higher band leaves the band it emptied indexed; 100 of them sit above a
+    low-priority task, which the next claim must still find."""
+    for p in range(1, 101):
+        q.enqueue(f"https://example.com/p/{p}", priority=p)
+        assert q.claim_next("w").task.priority == p
+    assert r.zcard(q.keys.ready_bands) > 64
+    low = q.enqueue("https://example.com/low", priority=-1)
+    lease = q.claim_next("w")
+    assert lease is not None and lease.task_id == low
+    assert r.zrange(q.keys.ready_bands, 0, -1) == ["-1"]  # the band this claim emptied, until the next
+    check_invariants(r, q)
+
+
 def test_enqueue_many_is_one_round_trip_per_batch(counted: TaskQueue) -> None:
     counted.enqueue_many([f"https://example.com/{i}" for i in range(2500)], batch_size=1000)
     assert CountingConnection.writes == 3

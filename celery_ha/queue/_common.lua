@@ -22,7 +22,8 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(clock_us / 1000)
 end
 
--- The same instant in microseconds, as a score string: orders deaths that fall in one millisecond.
+-- The instant of the last now_ms() in microseconds, as a score string: orders deaths that fall in
+-- one millisecond (every script that can kill a task calls now_ms() first).
 local function now_us_score()
   return clock_s .. string.format('%06d', clock_us)
 end
@@ -45,11 +46,11 @@ local function load(id)
   return cjson.decode(string.sub(raw, 1, nl - 1)), string.sub(raw, nl + 1)
 end
 
--- Write a record back; returns it (a lease's reply carries it without encoding it twice).
 local function encode(st, payload)
   return cjson.encode(st) .. '\n' .. payload
 end
 
+-- Write a record back; returns it (a lease's reply carries it without encoding it twice).
 local function save(id, st, payload)
   local rec = encode(st, payload)
   redis.call('HSET', K_TASKS, id, rec)
@@ -73,17 +74,17 @@ local function push_ready(id, st, front)
 end
 
 -- Pop the oldest task of the highest non-empty priority band, or nil. A band that a pop emptied stays
--- indexed until the next pop finds it empty (one EXISTS less per claim): every non-empty band is
--- indexed, not every indexed band non-empty.
+-- indexed until a later pop finds it empty (one EXISTS less per claim): every non-empty band is
+-- indexed, not every indexed band non-empty. Empty bands can stack up (each pop of a new, higher band
+-- leaves one), so the loop drops every one it meets: at most one per priority (2,001).
 local function pop_ready()
-  for _ = 1, 64 do
+  while true do
     local top = redis.call('ZRANGE', K_READYP, '0', '0')
     if #top == 0 then return nil end
     local id = redis.call('LPOP', ready_key(top[1]))
     if id then return id end
     redis.call('ZREM', K_READYP, top[1])
   end
-  return nil
 end
 
 -- Remove one id from its ready band (rare path: a direct claim of a queued task, purge).

@@ -39,11 +39,16 @@ local function fmt(n)
   return fmt_s
 end
 
+-- A stored record -> (state table, payload string).
+local function decode(raw)
+  local nl = string.find(raw, '\n', 1, true)
+  return cjson.decode(string.sub(raw, 1, nl - 1)), string.sub(raw, nl + 1)
+end
+
 local function load(id)
   local raw = redis.call('HGET', K_TASKS, id)
   if not raw then return nil, nil end
-  local nl = string.find(raw, '\n', 1, true)
-  return cjson.decode(string.sub(raw, 1, nl - 1)), string.sub(raw, nl + 1)
+  return decode(raw)
 end
 
 local function encode(st, payload)

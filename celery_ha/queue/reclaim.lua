@@ -5,7 +5,7 @@
 -- HMGET and written back with one HSET, and it re-enters the front of its bands in one LPUSH per band.
 local now = now_ms()
 local batch = tonumber(ARGV[2])
-local ids = redis.call('ZRANGEBYSCORE', K_RUNNING, '-inf', fmt(now), 'LIMIT', 0, batch)
+local ids = redis.call('ZRANGEBYSCORE', K_RUNNING, '-inf', fmt(now), 'LIMIT', '0', ARGV[2])
 local requeued, dead = 0, 0
 local front = band_batch()
 for j = 1, #ids, 1000 do
@@ -14,11 +14,9 @@ for j = 1, #ids, 1000 do
   local raws = redis.call('HMGET', K_TASKS, unpack(ids, j, last))
   local writes = {}
   for k = 1, last - j + 1 do
-    local raw = raws[k]
-    if raw then
+    if raws[k] then
       local id = ids[j + k - 1]
-      local nl = string.find(raw, '\n', 1, true)
-      local st = cjson.decode(string.sub(raw, 1, nl - 1))
+      local st, payload = decode(raws[k])
       if st.s == 'r' then
         if stall(id, st, now, 'lease expired', front) == 'x' then
           dead = dead + 1
@@ -26,7 +24,7 @@ for j = 1, #ids, 1000 do
           requeued = requeued + 1
         end
         writes[#writes + 1] = id
-        writes[#writes + 1] = encode(st, string.sub(raw, nl + 1))
+        writes[#writes + 1] = encode(st, payload)
       end
     end
   end

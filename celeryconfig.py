@@ -1,6 +1,6 @@
-"""Celery settings for celery-ha (loaded by ``celery_ha.celery_app``).
+"""Celery settings for celery-ha (loaded by ``celery_ha.celery_app``, the composition root).
 
-Everything comes from ``celery_ha.settings.Settings.from_env()`` (CELERY_HA_* variables, documented
+Everything comes from ``celery_ha.base.settings.Settings.from_env()`` (CELERY_HA_* variables, documented
 defaults, validated once) plus ``CELERY_BROKER_URL``. Bad values stop the worker at start-up with
 one clear line. Only JSON crosses the broker: messages carry a task id and nothing else.
 """
@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from kombu import Queue
 
-from celery_ha.connection import resolve_redis_url
-from celery_ha.errors import ConfigurationError
-from celery_ha.settings import Settings
+from celery_ha.base.errors import ConfigurationError
+from celery_ha.base.settings import Settings
+from celery_ha.integration.queues import CRAWL, MAINTENANCE, broker_queue
+from celery_ha.runtime.resolve import resolve_redis_url
 
 _settings = Settings.from_env()
 
@@ -53,10 +54,14 @@ worker_soft_shutdown_timeout = _settings.soft_shutdown_timeout
 worker_send_task_events = True
 task_send_sent_event = True
 
-# --- queues: crawl work and maintenance apart, so a backlog never delays a sweep
-task_default_queue = "crawl"
-task_queues = (Queue("crawl", routing_key="crawl"), Queue("maintenance", routing_key="maintenance"))
-task_routes = {"celery_ha.maintenance.*": {"queue": "maintenance"}}
+# --- queues: crawl work and maintenance apart, so a backlog never delays a sweep; both named for the
+# namespace, so two namespaces sharing one broker database never take each other's messages
+_crawl_queue = broker_queue(_settings.namespace, CRAWL)
+_maintenance_queue = broker_queue(_settings.namespace, MAINTENANCE)
+task_default_queue = _crawl_queue
+task_queues = (Queue(_crawl_queue, routing_key=_crawl_queue),
+               Queue(_maintenance_queue, routing_key=_maintenance_queue))
+task_routes = {"celery_ha.maintenance.*": {"queue": _maintenance_queue, "routing_key": _maintenance_queue}}
 
 # --- task modules
 imports = ["tasks.fetch", "tasks.crawl", "tasks.maintenance",
@@ -67,16 +72,16 @@ beat_schedule = {
     "celery-ha-sweep": {
         "task": "celery_ha.maintenance.sweep",
         "schedule": _settings.reclaim_interval,
-        "options": {"queue": "maintenance", "expires": max(1.0, _settings.reclaim_interval * 2)},
+        "options": {"queue": _maintenance_queue, "expires": max(1.0, _settings.reclaim_interval * 2)},
     },
     "celery-ha-dead-letters": {
         "task": "celery_ha.maintenance.dead_letters",
         "schedule": 300.0,
-        "options": {"queue": "maintenance", "expires": 600.0},
+        "options": {"queue": _maintenance_queue, "expires": 600.0},
     },
     "celery-ha-proxy-health": {
         "task": "celery_ha.maintenance.proxy_health",
         "schedule": 60.0,
-        "options": {"queue": "maintenance", "expires": 120.0},
+        "options": {"queue": _maintenance_queue, "expires": 120.0},
     },
 }

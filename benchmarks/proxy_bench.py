@@ -27,9 +27,9 @@ from redis.utils import HIREDIS_AVAILABLE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from celery_ha.errors import NoProxyAvailable
+from celery_ha.base.errors import NoProxyAvailable
 from celery_ha.proxy import PoolConfig, ProxyPool
-from celery_ha.redis_server import RedisProcess, free_port
+from celery_ha.runtime.redis_process import RedisProcess, free_port
 
 PROXIES, DOMAINS = 200, 20
 RATE = (100, 1.0)  # generous: the benchmark measures the pool, not the rate limit

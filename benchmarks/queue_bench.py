@@ -40,8 +40,8 @@ from redis.utils import HIREDIS_AVAILABLE
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from celery_ha.queue import TaskQueue  # noqa: E402
-from celery_ha.redis_server import RedisProcess, find_redis_server, free_port  # noqa: E402
+from celery_ha.runtime.redis_process import RedisProcess, find_redis_server, free_port  # noqa: E402
+from celery_ha.state import TaskQueue  # noqa: E402
 
 SEED_DIR = ROOT.parent / "shared" / "baselines" / "seed_queue"
 TASK = "detail_page"

@@ -2,15 +2,15 @@
 
 The durable state (tasks, leases, checkpoints, outputs, proxies) lives in Redis and changes only
 through atomic Lua scripts; Celery is the transport and the clock. ``celery -A celery_ha worker``
-finds the Celery app here as ``celery_ha.app`` (imported lazily, so using the queue alone does not
-import Celery).
+finds the Celery app here as ``celery_ha.app``. The app, the proxy pool and the task decorator are
+imported lazily, so using the queue alone never imports Celery.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .errors import (
+from celery_ha.base.errors import (
     CeleryHAError,
     ConfigurationError,
     InvalidInput,
@@ -19,32 +19,41 @@ from .errors import (
     PayloadTooLarge,
     TaskNotFound,
 )
-from .queue import Lease, TaskInfo, TaskQueue
+from celery_ha.state import Lease, TaskInfo, TaskQueue
 
 __version__ = "0.1.0"
 __all__ = [
     "CeleryHAError",
     "ConfigurationError",
+    "DurableContext",
     "InvalidInput",
     "Lease",
     "LeaseLost",
     "NoProxyAvailable",
     "PayloadTooLarge",
+    "PermanentError",
     "ProxyPool",
     "TaskInfo",
     "TaskNotFound",
     "TaskQueue",
     "app",
+    "durable_task",
 ]
+
+_LAZY = {
+    "ProxyPool": ("celery_ha.proxy", "ProxyPool"),
+    "durable_task": ("celery_ha.integration", "durable_task"),
+    "DurableContext": ("celery_ha.integration", "DurableContext"),
+    "PermanentError": ("celery_ha.integration", "PermanentError"),
+    "app": ("celery_ha.celery_app", "app"),
+    "celery": ("celery_ha.celery_app", "app"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "ProxyPool":
-        from .proxy import ProxyPool
+    if name in _LAZY:
+        import importlib
 
-        return ProxyPool
-    if name in ("app", "celery"):
-        from .celery_app import app
-
-        return app
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'celery_ha' has no attribute {name!r}")

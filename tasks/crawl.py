@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from celery_ha.durable import DurableContext, PermanentError, durable_task
+from celery_ha.integration import DurableContext, PermanentError, durable_task
 
 
 def page_url(url: str, page: int, param: str = "page") -> str:

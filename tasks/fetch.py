@@ -6,7 +6,7 @@ from typing import Any
 
 from bs4 import BeautifulSoup
 
-from celery_ha.durable import DurableContext, durable_task
+from celery_ha.integration import DurableContext, durable_task
 
 MAX_TEXT_CHARS = 100_000
 

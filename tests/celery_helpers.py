@@ -19,10 +19,11 @@ from typing import Any, TypeVar
 import redis
 from celery import Celery
 
-from celery_ha.pump import pump
-from celery_ha.queue import TaskQueue
-from celery_ha.settings import Settings
-from celery_ha.workers import list_workers
+from celery_ha.base.settings import Settings
+from celery_ha.integration.pump import pump
+from celery_ha.integration.queues import broker_queue
+from celery_ha.state import TaskQueue
+from celery_ha.state.worker_registry import list_workers
 
 from .polling import wait_until
 
@@ -65,6 +66,7 @@ class Cluster:
         self.q = TaskQueue(redis.Redis.from_url(self.state_url, decode_responses=True), self.namespace,
                            lease_ttl=float(self.env["CELERY_HA_LEASE_TTL"]),
                            max_stalls=int(self.env.get("CELERY_HA_MAX_STALLS", 3)))
+        self.crawl_queue = broker_queue(self.namespace)  # where this namespace's fetch messages travel
         self.procs: list[subprocess.Popen[bytes]] = []
         self._app: Celery | None = None
 
@@ -83,7 +85,7 @@ class Cluster:
                ) -> subprocess.Popen[bytes]:
         node = f"{name}-{self.namespace}@localhost"
         proc = self._spawn(["worker", "-P", "prefork", "-c", str(concurrency), "-n", node,
-                            "-Q", "crawl,maintenance", "--without-gossip", "--without-mingle",
+                            "--without-gossip", "--without-mingle",
                             "--without-heartbeat", "-l", "info"], name,
                            {k: str(v) for k, v in env.items()})
         proc.node = node  # type: ignore[attr-defined]
@@ -121,14 +123,15 @@ class Cluster:
         """A JSON-only Celery client on the test broker (to send raw messages, run the pump)."""
         if self._app is None:
             app = Celery("celery_ha_tests", broker=self.broker_url)
-            app.conf.update(task_serializer="json", accept_content=["json"], task_default_queue="crawl",
-                            broker_connection_retry_on_startup=True)
+            app.conf.update(task_serializer="json", accept_content=["json"],
+                            task_default_queue=self.crawl_queue, broker_connection_retry_on_startup=True)
             self._app = app
         return self._app
 
     def send_raw(self, task_name: str, task_id: str, n: int = 1) -> None:
         for i in range(n):
-            self.app.send_task(task_name, args=[task_id], queue="crawl", task_id=f"{task_id}.dup{i}")
+            self.app.send_task(task_name, args=[task_id], queue=self.crawl_queue,
+                               task_id=f"{task_id}.dup{i}")
 
     def settings(self) -> Settings:
         return Settings.from_env(self.env)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import signal
 
-from celery_ha.durable import DurableContext, durable_task
+from celery_ha.integration import DurableContext, durable_task
 
 
 @durable_task(name="test_steps")

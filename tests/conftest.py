@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from celery_ha.redis_server import RedisProcess, free_port
+from celery_ha.runtime.redis_process import RedisProcess, free_port
 
 
 @pytest.fixture(scope="session")

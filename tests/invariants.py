@@ -7,7 +7,7 @@ from collections import Counter
 
 import redis
 
-from celery_ha.queue import TaskQueue
+from celery_ha.state import TaskQueue
 
 #: state code -> the structure that must hold the id
 _STRUCTURE_OF = {"q": "ready", "d": "inflight", "r": "running", "w": "delayed", "x": "dead", "c": "completed"}

@@ -212,7 +212,7 @@ def crawl_worker(
 ) -> None:
     """A worker process: once every worker is ready, fetch ``urls`` round-robin through the pool for
     ``seconds``; puts the number of pages fetched on ``results``."""
-    from celery_ha.fetcher import Fetcher, FetchError
+    from celery_ha.fetch.fetcher import Fetcher, FetchError
     from celery_ha.proxy import ProxyPool
 
     pool = ProxyPool.from_url(redis_url, namespace, rate=rate)

@@ -10,9 +10,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from celery_ha.pump import broker_backlog, broker_lists
-from celery_ha.settings import Settings
-from celery_ha.sink import count_items, iter_items
+from celery_ha.base.settings import Settings
+from celery_ha.integration.broker import broker_backlog, broker_lists
+from celery_ha.state.sink import count_items, iter_items
 
 from .celery_helpers import wait_for
 
@@ -104,23 +104,23 @@ def test_100k_backlog_keeps_broker_within_window(make_cluster):
     assert settings.window == 8
 
     assert cluster.pump() == 8
-    assert broker_backlog(cluster.broker, "crawl") == 8
+    assert broker_backlog(cluster.broker, cluster.crawl_queue) == 8
     for _ in range(3):
         cluster.pump()
-        assert broker_backlog(cluster.broker, "crawl") == 8
+        assert broker_backlog(cluster.broker, cluster.crawl_queue) == 8
 
     # stale dispatches whose message still waits are re-stamped, not re-sent
     def stale_round() -> bool:
         cluster.pump()
-        assert broker_backlog(cluster.broker, "crawl") <= 8
+        assert broker_backlog(cluster.broker, cluster.crawl_queue) <= 8
         return cluster.q.stats()["redispatched"] >= 8
 
     wait_for(stale_round, timeout=10, interval=0.2, message="stale re-dispatch")
-    assert broker_backlog(cluster.broker, "crawl") == 8
+    assert broker_backlog(cluster.broker, cluster.crawl_queue) == 8
 
     # lost messages (broker flushed) are sent again, still within the window
-    cluster.broker.delete(*broker_lists("crawl"))
+    cluster.broker.delete(*broker_lists(cluster.crawl_queue))
     wait_for(lambda: cluster.pump() == 8, timeout=10, interval=0.2, message="lost messages re-sent")
-    assert broker_backlog(cluster.broker, "crawl") == 8
+    assert broker_backlog(cluster.broker, cluster.crawl_queue) == 8
     stats = cluster.q.stats()
     assert stats["dispatched"] == 8 and stats["queued"] == 100_000 - 8

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from celery_ha.pump import broker_backlog
-from celery_ha.sink import count_items, iter_items
+from celery_ha.integration.broker import broker_backlog
+from celery_ha.state.sink import count_items, iter_items
 
 from .celery_helpers import wait_for
 
@@ -109,8 +109,8 @@ def test_duplicate_messages_execute_once(make_cluster, site):
     cluster.send_raw("fetch_page", tid, n=4)
     wait_for(lambda: cluster.state(tid) == "completed", message="completion")
     cluster.send_raw("fetch_page", tid, n=2)  # late duplicates, after completion
-    wait_for(lambda: broker_backlog(cluster.broker, "crawl") == 0 and not cluster.broker.hlen("unacked"),
-             message="broker drained")
+    wait_for(lambda: broker_backlog(cluster.broker, cluster.crawl_queue) == 0
+             and not cluster.broker.hlen("unacked"), message="broker drained")
     wait_for(lambda: "dropped" in cluster.log_text(cluster.procs[0]), message="drops logged")
     assert len(site.hits(path="/case/7")) == 1
     stats = cluster.q.stats()

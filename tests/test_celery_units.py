@@ -3,6 +3,7 @@ maintenance lock, fetch classification, the demo site and start-up configuration
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -14,21 +15,28 @@ from typing import Any
 import pytest
 import requests
 
-from celery_ha import LeaseLost, fetching
-from celery_ha import lease_keeper as lk
-from celery_ha import runtime as rtmod
+from celery_ha import LeaseLost
+from celery_ha.base.settings import Settings
 from celery_ha.demo import DemoSite
 from celery_ha.demo.proxy_farm import ProxyFarm
-from celery_ha.durable import DurableContext, DurableTask, run_message
-from celery_ha.fetching import FetchError, PermanentFetchError, fetch, is_permanent
-from celery_ha.maintenance import dead_letter_summary, proxy_health, short_lock, sweep
+from celery_ha.fetch import process_fetcher as pf
+from celery_ha.fetch.errors import FetchError, PermanentFetchError
+from celery_ha.integration import lease_keeper as lk
+from celery_ha.integration import services as svc
+from celery_ha.integration.broker import broker_lists
+from celery_ha.integration.context import DurableContext
+from celery_ha.integration.maintenance import dead_letter_summary, proxy_health, sweep
+from celery_ha.integration.pump import celery_priority
+from celery_ha.integration.runner import run_message
+from celery_ha.integration.services import Services as Runtime
+from celery_ha.integration.task_errors import is_permanent
+from celery_ha.integration.task_spec import DurableTask
 from celery_ha.proxy import ProxyPool
-from celery_ha.pump import broker_lists, celery_priority
-from celery_ha.queue import TaskQueue
-from celery_ha.runtime import Runtime
-from celery_ha.settings import Settings
-from celery_ha.sink import count_items, iter_items
-from celery_ha.workers import heartbeat, list_workers
+from celery_ha.redisio.client import redis_client
+from celery_ha.redisio.lock import short_lock
+from celery_ha.state import TaskQueue
+from celery_ha.state.sink import count_items, iter_items
+from celery_ha.state.worker_registry import heartbeat, list_workers
 from tasks.crawl import page_url
 from tasks.fetch import parse_page
 
@@ -53,16 +61,25 @@ class FakeApp:
 def rt(redis_url: str) -> Iterator[Runtime]:
     settings = Settings(redis_url=redis_url, namespace="unit", lease_ttl=5, heartbeat_interval=1,
                         window=4)
-    client = __import__("celery_ha.connection", fromlist=["redis_client"]).redis_client(redis_url)
+    client = redis_client(redis_url)
     q = TaskQueue(client, "unit", lease_ttl=5, max_stalls=3)
     runtime = Runtime(settings=settings, redis_url=redis_url, client=client, queue=q)
-    rtmod._runtime = runtime
-    rtmod.set_node("unit@host")
+    svc._services.set(runtime)
+    svc.set_node("unit@host")
+    pf._choice.reset()
     yield runtime
-    if lk._keeper is not None:
-        lk._keeper.stop()
-        lk._keeper = None
-    rtmod.reset_runtime()
+    keeper = lk._keeper.peek()
+    if keeper is not None:
+        keeper.stop()
+    lk._keeper.reset()
+    svc.reset_services()
+    pf._choice.reset()
+
+
+def fetch(url: str) -> Any:
+    """``ctx.fetch`` without a task: this process's fetcher, as the running services build it."""
+    rt = svc.services()
+    return pf.process_fetcher(rt.client, rt.settings, rt.worker_name).fetch(url)
 
 
 @pytest.fixture
@@ -204,17 +221,16 @@ def test_maintenance_lock_makes_concurrent_sweeps_harmless(rt: Runtime) -> None:
     assert not rt.client.exists(key)
 
 
-def test_proxy_health_hook_is_skipped_without_url_or_proxies(rt: Runtime, monkeypatch: Any) -> None:
-    monkeypatch.delenv("CELERY_HA_PROXY_CHECK_URL", raising=False)
+def test_proxy_health_hook_is_skipped_without_url_or_proxies(rt: Runtime) -> None:
     assert proxy_health(rt) == {"skipped": "CELERY_HA_PROXY_CHECK_URL not set"}
-    monkeypatch.setenv("CELERY_HA_PROXY_CHECK_URL", "http://127.0.0.1:1/")
-    assert proxy_health(rt) == {"skipped": "no proxies configured"}
+    with_url = dataclasses.replace(rt, settings=dataclasses.replace(rt.settings,
+                                                                   proxy_check_url="http://127.0.0.1:1/"))
+    assert proxy_health(with_url) == {"skipped": "no proxies configured"}
     assert dead_letter_summary(rt) == {"dead": 0, "examples": []}
 
 
 # ---------------------------------------------------------------------- fetch and parsing
 def test_fetch_is_direct_without_proxies_and_classifies(rt: Runtime, site: DemoSite) -> None:
-    fetching._state.clear()
     site.fail("/case/1", 404)
     site.fail("/case/2", 410)
     site.fail("/case/3", 503, times=1)
@@ -231,7 +247,6 @@ def test_fetch_is_direct_without_proxies_and_classifies(rt: Runtime, site: DemoS
 
 
 def test_fetch_goes_through_the_pool_once_it_has_proxies(rt: Runtime, site: DemoSite) -> None:
-    fetching._state.clear()
     farm = ProxyFarm(3, first=31).start()
     try:
         ProxyPool(rt.client, rt.settings.namespace).add_many(farm.urls, source="test")
@@ -241,7 +256,6 @@ def test_fetch_goes_through_the_pool_once_it_has_proxies(rt: Runtime, site: Demo
         assert ips and ips <= {"127.0.0.31", "127.0.0.32", "127.0.0.33"}  # never direct
     finally:
         farm.stop()
-        fetching._state.clear()
 
 
 def test_parse_page_and_page_url(site: DemoSite) -> None:
@@ -302,5 +316,5 @@ def test_celeryconfig_is_json_only_and_acks_late() -> None:
                          env=_celery_env(CELERY_BROKER_URL="redis://127.0.0.1:2/3"))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == (
-        "True 1 ['json'] json True True True ['crawl', 'maintenance'] "
+        "True 1 ['json'] json True True True ['default.crawl', 'default.maintenance'] "
         "['celery-ha-dead-letters', 'celery-ha-proxy-health', 'celery-ha-sweep'] redis://127.0.0.1:2/3 True")

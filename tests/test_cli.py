@@ -99,7 +99,7 @@ def test_redis_url_from_environment(redis_url: str) -> None:
 
 
 def test_unexpected_errors_are_one_line_too(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> None:
-    from celery_ha.queue import TaskQueue
+    from celery_ha.state import TaskQueue
 
     def boom(self: TaskQueue) -> dict[str, int]:
         raise RuntimeError(f"kaputt redis://x:{SECRET}@h:1\nsecond line")

@@ -9,8 +9,8 @@ import pytest
 import redis
 
 from celery_ha import TaskQueue
-from celery_ha.queue import task_id_for
-from celery_ha.workers import heartbeat
+from celery_ha.state import task_id_for
+from celery_ha.state.worker_registry import heartbeat
 
 from .test_cli_helpers import SECRET, assert_one_line_error, run
 
@@ -53,14 +53,14 @@ def test_enqueue_file_and_stdin_skip_blanks_and_comments(redis_url: str, q: Task
 
 def test_enqueue_kicks_the_pump_only_when_a_worker_is_alive(redis_url: str, r: redis.Redis) -> None:
     result = cli(redis_url, "enqueue", "--json", "https://example.com/a")
-    assert json.loads(result.stdout)["pumped"] is False and not r.exists("maintenance")
+    assert json.loads(result.stdout)["pumped"] is False and not r.exists("default.maintenance")
     heartbeat(r, "default", "celery@box:1")
     result = cli(redis_url, "enqueue", "--json", "https://example.com/b")
     assert json.loads(result.stdout)["pumped"] is True
-    message = json.loads(r.lpop("maintenance"))
+    message = json.loads(r.lpop("default.maintenance"))
     assert message["headers"]["task"] == "celery_ha.maintenance.pump"
     result = cli(redis_url, "enqueue", "--json", "--no-pump", "https://example.com/c")
-    assert json.loads(result.stdout)["pumped"] is False and not r.exists("maintenance")
+    assert json.loads(result.stdout)["pumped"] is False and not r.exists("default.maintenance")
 
 
 def test_enqueue_no_dedup_queues_again(redis_url: str, q: TaskQueue) -> None:

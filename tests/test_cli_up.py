@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from celery_ha.cli.supervisor import Supervisor, group_alive
-from celery_ha.redis_server import free_port
-from celery_ha.workers import list_workers
+from celery_ha.runtime.redis_process import free_port
+from celery_ha.runtime.supervisor import Supervisor, group_alive
+from celery_ha.state.worker_registry import list_workers
 
 from .polling import wait_until
 from .test_cli_helpers import interrupt, pids_with_env, reaped

@@ -14,7 +14,7 @@ import redis
 
 from celery_ha.demo.runner import broker_url_for, inject_failures
 from celery_ha.demo.site import DemoSite
-from celery_ha.embedded import EmbeddedRedis
+from celery_ha.runtime.embedded import EmbeddedRedis
 
 from .polling import wait_until
 from .test_cli_helpers import interrupt, pids_with_env, reaped

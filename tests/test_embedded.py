@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from celery_ha.connection import resolve_redis_url
-from celery_ha.embedded import EmbeddedRedis, locate_data_dir
-from celery_ha.processes import pid_alive
-from celery_ha.redis_server import RedisProcess, free_port
-from celery_ha.settings import Settings
+from celery_ha.base.procfs import pid_alive
+from celery_ha.base.settings import Settings
+from celery_ha.runtime.embedded import EmbeddedRedis, locate_data_dir
+from celery_ha.runtime.redis_process import RedisProcess, free_port
+from celery_ha.runtime.resolve import resolve_redis_url
 
 from .test_cli_helpers import poll, run
 
@@ -47,7 +47,7 @@ def test_starts_on_demand_and_attaches(data_dir: Path) -> None:
 
 
 def test_two_processes_starting_at_once_get_one_server(data_dir: Path) -> None:
-    code = ("import sys, json; from celery_ha.embedded import EmbeddedRedis; "
+    code = ("import sys, json; from celery_ha.runtime.embedded import EmbeddedRedis; "
             "e = EmbeddedRedis(sys.argv[1]); u = e.ensure_running(); print(json.dumps([u, e.status().pid]))")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(data_dir)], stdout=subprocess.PIPE, text=True)
              for _ in range(4)]

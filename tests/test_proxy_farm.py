@@ -19,8 +19,8 @@ import pytest
 import redis
 import requests
 
-from celery_ha.errors import NoProxyAvailable
-from celery_ha.fetcher import Fetcher, FetchError
+from celery_ha.base.errors import NoProxyAvailable
+from celery_ha.fetch.fetcher import Fetcher, FetchError
 from celery_ha.proxy import PoolConfig, ProxyPool, check_proxies
 from tests.proxy_farm import (
     ProxyFarm,

@@ -9,8 +9,8 @@ import pytest
 import redis
 import requests
 
-from celery_ha.errors import InvalidInput
-from celery_ha.fetcher import Fetcher, FetchError, PermanentFetchError, RobotsDisallowed, classify
+from celery_ha.base.errors import InvalidInput
+from celery_ha.fetch.fetcher import Fetcher, FetchError, PermanentFetchError, RobotsDisallowed, classify
 from celery_ha.proxy import PoolConfig, ProxyPool
 from tests.proxy_farm import ProxyFarm, TestSite, started
 

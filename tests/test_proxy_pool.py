@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from celery_ha.errors import InvalidInput, NoProxyAvailable
+from celery_ha.base.errors import ConfigurationError, InvalidInput, NoProxyAvailable
 from celery_ha.proxy import PoolConfig, ProxyPool
 from celery_ha.proxy import scoring as S
 
@@ -311,7 +311,7 @@ def test_rate_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cfg.rate == (7, 30.0)
     assert cfg.domain_rates == {"slow.example": (1, 10.0), "fast.example:8080": (50, 1.0)}
     monkeypatch.setenv("CELERY_HA_PROXY_DOMAIN_RATES", "slow.example")
-    with pytest.raises(InvalidInput):
+    with pytest.raises(ConfigurationError, match="CELERY_HA_PROXY_DOMAIN_RATES"):
         PoolConfig.from_env()
 
 

@@ -12,8 +12,8 @@ import pytest
 import redis
 import requests
 
-from celery_ha.errors import InvalidInput, NoProxyAvailable
-from celery_ha.fetcher import Fetcher, FetchError
+from celery_ha.base.errors import InvalidInput, NoProxyAvailable
+from celery_ha.fetch.fetcher import Fetcher, FetchError
 from celery_ha.proxy import (
     ApiProvider,
     FreeListProvider,

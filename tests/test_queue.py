@@ -9,8 +9,8 @@ import pytest
 import redis
 
 from celery_ha import InvalidInput, LeaseLost, PayloadTooLarge, TaskNotFound, TaskQueue
-from celery_ha.connection import redis_client
-from celery_ha.queue import task_id_for
+from celery_ha.redisio.client import redis_client
+from celery_ha.state import task_id_for
 
 from .invariants import check_invariants
 from .polling import wait_until

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from celery_ha import TaskQueue
-from celery_ha.redis_server import RedisProcess, free_port
+from celery_ha.runtime.redis_process import RedisProcess, free_port
 
 from .invariants import check_invariants
 

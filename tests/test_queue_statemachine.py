@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from celery_ha import LeaseLost, TaskQueue
-from celery_ha.redis_server import RedisProcess
+from celery_ha.runtime.redis_process import RedisProcess
 
 from .invariants import check_invariants
 

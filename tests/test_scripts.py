@@ -10,9 +10,9 @@ import threading
 import pytest
 import redis
 
-from celery_ha.queue import TaskQueue
-from celery_ha.queue.taskqueue import task_id_for
-from celery_ha.scripts import LuaScript
+from celery_ha.redisio.scripts import LuaScript
+from celery_ha.state import TaskQueue
+from celery_ha.state.taskqueue import task_id_for
 
 # Counts its runs, then keeps Redis busy for ~300 ms (longer than the client's socket timeout below).
 SLOW_INCR = """

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from celery_ha.errors import ConfigurationError
-from celery_ha.settings import Settings
+from celery_ha.base.errors import ConfigurationError
+from celery_ha.base.settings import Settings
 
 
 def test_defaults_and_overrides() -> None:
@@ -38,7 +38,7 @@ def test_django_settings_are_the_fallback() -> None:
     code = (
         "from django.conf import settings\n"
         "settings.configure(CELERY_HA_NAMESPACE='from-django', CELERY_HA_LEASE_TTL=12)\n"
-        "from celery_ha.settings import Settings\n"
+        "from celery_ha.base.settings import Settings\n"
         "s = Settings.from_env()\n"
         "print(s.namespace, s.lease_ttl)\n"
     )

@@ -5,6 +5,6 @@ Every command runs inside :class:`~celery_ha.cli.app.CeleryHAGroup`, which turns
 so operators and scripts never have to read a traceback.
 """
 
-from .app import main
+from celery_ha.cli.app import main
 
 __all__ = ["main"]

@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
-from .context import CLIContext, check_namespace
-from .errors import EXIT_USAGE, describe, one_line
+from celery_ha.cli.context import CLIContext, check_namespace
+from celery_ha.cli.errors import EXIT_USAGE, describe, one_line
 
 
 class CeleryHAGroup(click.Group):
@@ -80,7 +80,7 @@ def main(ctx: click.Context, redis_url: str | None, namespace: str | None) -> No
 
 def _register() -> None:
     """Attach the command modules (imported here so each stays a small, independent file)."""
-    from . import (
+    from celery_ha.cli import (
         dead_cmd,
         demo_cmd,
         enqueue_cmd,

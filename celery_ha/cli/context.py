@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any
 import click
 import redis
 
-from ..connection import redis_client, resolve_redis_url
-from ..settings import Settings
+from celery_ha.base.settings import Settings
+from celery_ha.redisio.client import redis_client
+from celery_ha.runtime.resolve import resolve_redis_url
 
 if TYPE_CHECKING:
-    from ..proxy import ProxyPool
-    from ..queue import TaskQueue
+    from celery_ha.proxy import ProxyPool
+    from celery_ha.state import TaskQueue
 
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -72,7 +73,7 @@ class CLIContext:
 
     @cached_property
     def queue(self) -> TaskQueue:
-        from ..queue import TaskQueue
+        from celery_ha.state import TaskQueue
 
         s = self.settings
         return TaskQueue(self.client, self.namespace, lease_ttl=s.lease_ttl, max_attempts=s.max_attempts,
@@ -80,7 +81,7 @@ class CLIContext:
 
     @cached_property
     def pool(self) -> ProxyPool:
-        from ..proxy import ProxyPool
+        from celery_ha.proxy import ProxyPool
 
         return ProxyPool(self.client, self.namespace)
 

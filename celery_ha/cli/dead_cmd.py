@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from .context import CLIContext, pass_cli
-from .render import console, echo_json, grid, short, when
-from .task_cmd import show_task
+from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.cli.render import console, echo_json, grid, short, when
+from celery_ha.cli.task_cmd import show_task
 
 
 @click.group("dead")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .context import CLIContext, pass_cli
+from celery_ha.cli.context import CLIContext, pass_cli
 
 
 @click.command("demo")
@@ -35,7 +35,7 @@ def command(obj: CLIContext, pages: int, workers: int, concurrency: int, chaos: 
     Everything it started is stopped at the end (also on Ctrl-C). Uses the namespace "demo" unless
     --namespace is given, and refuses to touch a namespace it did not create.
     """
-    from ..demo.runner import DemoOptions, run_demo
+    from celery_ha.demo.runner import DemoOptions, run_demo
 
     ok = run_demo(obj, DemoOptions(pages=pages, workers=workers, concurrency=concurrency, chaos=chaos,
                                    timeout=timeout, proxies=proxies, report_json=report_json))

@@ -7,11 +7,11 @@ from typing import IO, Any
 
 import click
 
-from ..errors import InvalidInput
-from ..validation import PRIORITY_RANGE, check_task_name, check_url
-from .context import CLIContext, pass_cli
-from .kick import kick_pump
-from .render import echo_json, read_lines
+from celery_ha.base.errors import InvalidInput
+from celery_ha.base.validation import PRIORITY_RANGE, check_task_name, check_url
+from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.cli.pump_hint import kick_pump
+from celery_ha.cli.render import echo_json, read_lines
 
 
 def _meta(text: str | None) -> dict[str, Any] | None:

@@ -7,8 +7,8 @@ import os
 
 import redis
 
-from ..connection import mask_url
-from ..errors import CeleryHAError
+from celery_ha.base.errors import CeleryHAError
+from celery_ha.redisio.urls import mask_url
 
 #: Exit codes: 1 = the operation failed, 2 = bad usage (click's own), 3 = Redis unreachable.
 EXIT_FAILURE = 1

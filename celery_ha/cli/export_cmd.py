@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from ..sink import iter_items
-from .context import CLIContext, pass_cli
+from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.state.sink import iter_items
 
 
 @click.command("export")

@@ -7,10 +7,10 @@ from typing import IO
 
 import click
 
-from ..connection import mask_url
-from ..errors import InvalidInput
-from .context import CLIContext, pass_cli
-from .render import console, echo_json, grid, read_lines, when
+from celery_ha.base.errors import InvalidInput
+from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.cli.render import console, echo_json, grid, read_lines, when
+from celery_ha.redisio.urls import mask_url
 
 STATES = ("avail", "new", "tban", "pban")
 
@@ -66,7 +66,7 @@ def import_(obj: CLIContext, file: IO[str], source: str, ttl: float | None, veri
     lines = read_lines(file)
     if not lines:
         raise click.UsageError(f"no proxy URLs in {file.name}")
-    from ..proxy import parse_proxy_url
+    from celery_ha.proxy import parse_proxy_url
 
     for number, text in lines:
         try:
@@ -145,7 +145,7 @@ def check(obj: CLIContext, check_url: str | None, limit: int, concurrency: int, 
     """
     if not check_url:
         raise click.UsageError("give --url URL (or set CELERY_HA_PROXY_CHECK_URL)")
-    from ..proxy import check_proxies
+    from celery_ha.proxy import check_proxies
 
     report = check_proxies(obj.pool, check_url, concurrency=concurrency, timeout=timeout, limit=limit)
     if as_json:

@@ -7,8 +7,8 @@ import sys
 import click
 import redis
 
-from ..keys import prefix
-from .context import CLIContext, pass_cli
+from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.state.keys import prefix
 
 
 def purge_namespace(client: redis.Redis, namespace: str, batch: int = 500) -> int:

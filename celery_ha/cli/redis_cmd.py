@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from ..connection import mask_url
-from ..embedded import EmbeddedRedis
-from .context import CLIContext, pass_cli
-from .render import console, echo_json, kv_table
+from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.cli.render import console, echo_json, kv_table
+from celery_ha.redisio.urls import mask_url
+from celery_ha.runtime.embedded import EmbeddedRedis
 
 
 @click.group("redis")

@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ..connection import mask_url
+from celery_ha.redisio.urls import mask_url
 
 
 def console(stderr: bool = False) -> Console:

@@ -12,8 +12,8 @@ from rich.live import Live
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 
-from .context import CLIContext, pass_cli
-from .render import console, echo_json
+from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.cli.render import console, echo_json
 
 STATES = ("queued", "delayed", "dispatched", "running", "completed", "dead")
 PENDING = ("queued", "delayed", "dispatched", "running")

@@ -6,9 +6,9 @@ from typing import Any
 
 import click
 
-from ..queue import TaskInfo
-from .context import CLIContext, pass_cli
-from .render import console, echo_json, kv_table, when
+from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.cli.render import console, echo_json, kv_table, when
+from celery_ha.state import TaskInfo
 
 
 def task_rows(info: TaskInfo, checkpoint: dict[str, Any] | None) -> list[tuple[str, Any]]:

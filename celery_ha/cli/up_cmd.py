@@ -9,10 +9,10 @@ from pathlib import Path
 
 import click
 
-from ..connection import mask_url
-from ..embedded import EmbeddedRedis
-from .context import CLIContext, pass_cli
-from .supervisor import Supervisor
+from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.redisio.urls import mask_url
+from celery_ha.runtime.embedded import EmbeddedRedis
+from celery_ha.runtime.supervisor import Supervisor
 
 #: A child that keeps dying is given up on after this many restarts within RESTART_WINDOW seconds.
 MAX_RESTARTS = 5

@@ -6,9 +6,9 @@ from typing import Any
 
 import click
 
-from ..workers import list_workers, running_by_worker
-from .context import CLIContext, pass_cli
-from .render import console, echo_json, grid, when
+from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.cli.render import console, echo_json, grid, when
+from celery_ha.state.worker_registry import list_workers, running_by_worker
 
 
 def workers_with_leases(obj: CLIContext, max_age: float | None) -> list[dict[str, Any]]:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import redis
 
-from ..queue import TaskQueue
-from ..workers import running_by_worker
+from celery_ha.state import TaskQueue
+from celery_ha.state.worker_registry import running_by_worker
 
 
 def child_pids(pid: int) -> list[int]:

@@ -9,8 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .chaos import Failover
-from .verify import Verification, reasons
+from celery_ha.demo.chaos import Failover
+from celery_ha.demo.verify import Verification, reasons
 
 
 @dataclass

@@ -24,22 +24,23 @@ import redis
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..cli.context import CLIContext
-from ..cli.purge_cmd import purge_namespace
-from ..cli.supervisor import Supervisor
-from ..cli.up_cmd import celery_argv
-from ..connection import mask_url, redis_client
-from ..embedded import EmbeddedRedis
-from ..errors import ConfigurationError
-from ..keys import QueueKeys
-from ..proxy import ProxyPool
-from ..queue import TaskQueue
-from ..workers import alive_count
-from .chaos import Chaos
-from .proxy_farm import ProxyFarm
-from .report import DemoReport
-from .site import DemoSite
-from .verify import verify
+from celery_ha.base.errors import ConfigurationError
+from celery_ha.cli.context import CLIContext
+from celery_ha.cli.purge_cmd import purge_namespace
+from celery_ha.cli.up_cmd import celery_argv
+from celery_ha.demo.chaos import Chaos
+from celery_ha.demo.proxy_farm import ProxyFarm
+from celery_ha.demo.report import DemoReport
+from celery_ha.demo.site import DemoSite
+from celery_ha.demo.verify import verify
+from celery_ha.proxy import ProxyPool
+from celery_ha.redisio.client import redis_client
+from celery_ha.redisio.urls import mask_url
+from celery_ha.runtime.embedded import EmbeddedRedis
+from celery_ha.runtime.supervisor import Supervisor
+from celery_ha.state import TaskQueue
+from celery_ha.state.keys import QueueKeys
+from celery_ha.state.worker_registry import alive_count
 
 DEMO_NAMESPACE = "demo"
 PAGE_SIZE = 20
@@ -160,7 +161,7 @@ class Demo:
         self.workers_started += 1
         name = f"worker-{self.workers_started}"
         argv = celery_argv("celery_ha", "worker", "--loglevel", "warning", "-c", str(self.opts.concurrency),
-                           "-n", f"demo-{self.workers_started}@%h", "-Q", "crawl,maintenance",
+                           "-n", f"demo-{self.workers_started}@%h",
                            "--without-gossip", "--without-mingle")
         child = self.sup.start(name, argv, env, log=logs / f"{name}.log")
         assert child.pid is not None

@@ -15,9 +15,9 @@ from typing import Any
 
 import redis
 
-from ..keys import QueueKeys
-from ..queue import TaskQueue
-from ..sink import iter_items
+from celery_ha.state import TaskQueue
+from celery_ha.state.keys import QueueKeys
+from celery_ha.state.sink import iter_items
 
 _CASE_URL = re.compile(r"/case/(\d+)$")
 

@@ -5,10 +5,17 @@ See ``docs/proxy_pool.md`` for the user guide.
 
 from __future__ import annotations
 
-from .health import HealthReport, check_proxies
-from .pool import OUTCOMES, PoolConfig, ProxyInfo, ProxyLease, ProxyPool, outcome_for
-from .providers import ApiProvider, FreeListProvider, StaticProvider, TunnelProvider, install_all, parse_alive
-from .validation import ProxySpec, normalize_domain, parse_proxy_url, parse_rate
+from celery_ha.proxy.health import HealthReport, check_proxies
+from celery_ha.proxy.pool import OUTCOMES, PoolConfig, ProxyInfo, ProxyLease, ProxyPool, outcome_for
+from celery_ha.proxy.providers import (
+    ApiProvider,
+    FreeListProvider,
+    StaticProvider,
+    TunnelProvider,
+    install_all,
+    parse_alive,
+)
+from celery_ha.proxy.validation import ProxySpec, normalize_domain, parse_proxy_url, parse_rate
 
 __all__ = [
     "OUTCOMES",

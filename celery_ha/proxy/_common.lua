@@ -1,12 +1,6 @@
--- Shared by every proxy-pool script. Included first, so effects replication is switched on before the
--- first write (Redis 6.2 refuses writes after TIME otherwise; on 7.x this call is a harmless no-op).
-redis.replicate_commands()
-
--- Redis server time in whole milliseconds (floor). Integer ms keep every score exact when Lua formats it.
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+-- Shared prelude of every proxy-pool script (pulled in with --#include _common).
+-- The clock comes from the shared include (integer ms keep every score exact when Lua formats it).
+--#include clock
 
 local function numargs(text)
   local out = {}

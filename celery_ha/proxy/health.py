@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 import requests
 
-from ..connection import mask_url
-from ..errors import InvalidInput
-from .pool import ProxyPool
+from celery_ha.base.errors import InvalidInput
+from celery_ha.proxy.pool import ProxyPool
+from celery_ha.redisio.urls import mask_url
 
 log = logging.getLogger(__name__)
 

@@ -26,13 +26,14 @@ from typing import Any
 
 import redis
 
-from ..connection import mask_url, redis_client
-from ..errors import InvalidInput, NoProxyAvailable
-from ..keys import ProxyKeys
-from ..scripts import ScriptSet
-from ..settings import Settings, raw_setting
-from .scoring import LUA_CONSTANTS
-from .validation import ProxySpec, normalize_domain, parse_proxy_url, parse_rate
+from celery_ha.base.errors import InvalidInput, NoProxyAvailable
+from celery_ha.base.settings import Settings
+from celery_ha.proxy.keys import ProxyKeys
+from celery_ha.proxy.scoring import LUA_CONSTANTS
+from celery_ha.proxy.validation import ProxySpec, normalize_domain, parse_proxy_url, parse_rate
+from celery_ha.redisio.client import redis_client
+from celery_ha.redisio.scripts import ScriptSet
+from celery_ha.redisio.urls import mask_url
 
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _TOKENS = itertools.count()
@@ -112,20 +113,11 @@ class PoolConfig:
 
     @classmethod
     def from_env(cls, **overrides: Any) -> PoolConfig:
-        """Defaults from the environment: ``CELERY_HA_PROXY_RATE`` and ``CELERY_HA_PROXY_DOMAIN_RATES``
+        """Defaults from the settings: ``CELERY_HA_PROXY_RATE`` and ``CELERY_HA_PROXY_DOMAIN_RATES``
         (``"example.com=2/10,shop.example=10/60"``)."""
-        values: dict[str, Any] = {"rate": Settings.from_env().proxy_rate}
-        text = raw_setting("CELERY_HA_PROXY_DOMAIN_RATES")
-        if text:
-            rates: dict[str, str] = {}
-            for part in text.split(","):
-                dom, sep, rate = part.partition("=")
-                if not sep:
-                    raise InvalidInput(
-                        f"CELERY_HA_PROXY_DOMAIN_RATES entry {part!r} must be DOMAIN=N/SECONDS"
-                    )
-                rates[dom.strip()] = rate.strip()
-            values["domain_rates"] = rates
+        settings = Settings.from_env()
+        values: dict[str, Any] = {"rate": settings.proxy_rate,
+                                  "domain_rates": dict(settings.proxy_domain_rates)}
         values.update(overrides)
         return cls(**values)
 
@@ -490,6 +482,12 @@ class ProxyPool:
         out["released"] = sum(v for k, v in out.items() if k.startswith("out_"))
         out["acquired"] = out["released"] + iu + out.get("reaped", 0)
         return out
+
+    def has_proxies(self) -> bool:
+        """Whether any proxy was ever configured (in any zone, banned ones too): then work goes
+        through the pool, and "none usable now" means waiting, not fetching directly."""
+        stats = self.stats()
+        return any(stats[zone] for zone in ("available", "new", "temp_banned", "perm_banned", "in_use"))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -19,10 +18,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
-from ..connection import mask_url
-from ..errors import InvalidInput
-from .pool import ProxyPool
-from .validation import ProxySpec, parse_proxy_url
+from celery_ha.base.errors import InvalidInput
+from celery_ha.proxy.pool import ProxyPool
+from celery_ha.proxy.validation import ProxySpec, parse_proxy_url
+from celery_ha.redisio.lock import try_lock, unlock
+from celery_ha.redisio.urls import mask_url
 
 log = logging.getLogger(__name__)
 
@@ -145,8 +145,8 @@ class ApiProvider:
         client = self.pool.client
         if not force and client.exists(fresh):
             return 0
-        token = secrets.token_hex(8)
-        if not client.set(lock, token, nx=True, px=int((self.timeout + 5) * 1000)):
+        token = try_lock(client, lock, self.timeout + 5)
+        if token is None:
             return 0
         try:
             if not force and client.exists(fresh):
@@ -161,8 +161,7 @@ class ApiProvider:
             result = self.pool.add_specs(specs, source=self.name, ttl=self.proxy_ttl, ttls=ttls)
             return result["added"] + result["updated"]
         finally:
-            # Compare-and-delete in one script, so a slow caller never frees another caller's lock.
-            self.pool.scripts.unlock(keys=[lock], args=[token])
+            unlock(client, lock, token)  # compare-and-delete: a slow caller never frees another's lock
 
     def _fetch(self) -> tuple[list[ProxySpec], dict[str, float]]:
         where = _safe_url(self.url)

@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
-from ..connection import mask_url
-from ..errors import InvalidInput
+from celery_ha.base.errors import InvalidInput
+from celery_ha.redisio.urls import mask_url
 
 SCHEMES = ("http", "https", "socks5", "socks5h", "socks4")
 _HOST_RE = re.compile(

@@ -1,0 +1,170 @@
+"""Settings read from the environment (or Django settings), validated once, with documented defaults.
+
+Every knob has an environment variable. A bad value raises :class:`ConfigurationError` naming the
+variable, so a worker fails at start-up with one clear line instead of misbehaving later.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from celery_ha.base.errors import ConfigurationError, InvalidInput
+from celery_ha.base.validation import check_namespace, check_task_name, parse_rate
+
+
+def _django_setting(name: str) -> Any:
+    """Return a Django setting when Django is configured, else None (Django is optional)."""
+    try:
+        from django.conf import settings as dj  # type: ignore[import-not-found]
+
+        if dj.configured:
+            return getattr(dj, name, None)
+    except Exception:  # Django absent or not configured: environment only.
+        return None
+    return None
+
+
+def raw_setting(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The raw string of a setting: environment first, then Django settings."""
+    source = os.environ if env is None else env
+    value = source.get(name)
+    if value is None or value == "":
+        dj = _django_setting(name) if env is None else None
+        return None if dj is None else str(dj)
+    return value
+
+
+def _number(kind: Callable[[str], Any], minimum: float, maximum: float) -> Callable[[str, str], Any]:
+    def parse(name: str, text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise ConfigurationError(f"{name}={text!r} is not a {kind.__name__}") from None
+        if not (minimum <= value <= maximum):
+            raise ConfigurationError(f"{name}={text!r} must be between {minimum} and {maximum}")
+        return value
+
+    return parse
+
+
+def _checked(check: Callable[[str], Any]) -> Callable[[str, str], Any]:
+    """A knob parser from an input check of ``celery_ha.base.validation`` (the rule lives there)."""
+
+    def parse(name: str, text: str) -> Any:
+        try:
+            return check(text)
+        except InvalidInput as exc:
+            raise ConfigurationError(f"{name}={text!r}: {exc}") from None
+
+    return parse
+
+
+def _domain_rates(name: str, text: str) -> dict[str, tuple[int, float]]:
+    """``"example.com=2/10, shop.example=10/60"`` -> {domain: (requests, seconds)}; domains are
+    normalized by the proxy pool, which owns the domain rule."""
+    rates: dict[str, tuple[int, float]] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        domain, sep, rate = part.partition("=")
+        if not sep or not domain.strip():
+            raise ConfigurationError(f"{name} entry {part!r} must be DOMAIN=N/SECONDS")
+        rates[domain.strip()] = _checked(parse_rate)(name, rate.strip())
+    return rates
+
+
+def _text(name: str, text: str) -> str:
+    return text
+
+
+def _flag(name: str, text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"{name}={text!r} must be one of 1/0, true/false, yes/no, on/off")
+
+
+_ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
+    "redis_url": ("CELERY_HA_REDIS_URL", _text),
+    "broker_url": ("CELERY_BROKER_URL", _text),
+    "namespace": ("CELERY_HA_NAMESPACE", _checked(check_namespace)),
+    "lease_ttl": ("CELERY_HA_LEASE_TTL", _number(float, 1, 86400)),
+    "heartbeat_interval": ("CELERY_HA_HEARTBEAT_INTERVAL", _number(float, 0.05, 3600)),
+    "reclaim_interval": ("CELERY_HA_RECLAIM_INTERVAL", _number(float, 0.1, 3600)),
+    "max_attempts": ("CELERY_HA_MAX_ATTEMPTS", _number(int, 1, 1000)),
+    "max_stalls": ("CELERY_HA_MAX_STALLS", _number(int, 0, 1000)),
+    "window": ("CELERY_HA_WINDOW", _number(int, 0, 1_000_000)),
+    "checkpoint_every": ("CELERY_HA_CHECKPOINT_EVERY", _number(int, 1, 1_000_000)),
+    "task_time_limit": ("CELERY_HA_TASK_TIME_LIMIT", _number(float, 1, 7 * 86400)),
+    "visibility_timeout": ("CELERY_HA_VISIBILITY_TIMEOUT", _number(float, 1, 30 * 86400)),
+    "proxy_rate": ("CELERY_HA_PROXY_RATE", _checked(parse_rate)),
+    "proxy_domain_rates": ("CELERY_HA_PROXY_DOMAIN_RATES", _domain_rates),
+    "proxy_check_url": ("CELERY_HA_PROXY_CHECK_URL", _text),
+    "data_dir": ("CELERY_HA_DATA_DIR", _text),
+    "redispatch_after": ("CELERY_HA_REDISPATCH_AFTER", _number(float, 1, 86400)),
+    "soft_shutdown_timeout": ("CELERY_HA_SOFT_SHUTDOWN_TIMEOUT", _number(float, 0, 86400)),
+    "extra_imports": ("CELERY_HA_EXTRA_IMPORTS", _text),
+    "default_task": ("CELERY_HA_DEFAULT_TASK", _checked(check_task_name)),
+    "obey_robots": ("CELERY_HA_OBEY_ROBOTS", _flag),
+    "direct_when_empty": ("CELERY_HA_DIRECT_WHEN_EMPTY", _flag),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated settings. ``from_env`` is the one way to build it from the outside world."""
+
+    redis_url: str | None = None  # CELERY_HA_REDIS_URL; None = embedded Redis started on demand
+    broker_url: str | None = None  # CELERY_BROKER_URL; None = the same Redis as the state layer
+    namespace: str = "default"  # CELERY_HA_NAMESPACE
+    lease_ttl: float = 30.0  # CELERY_HA_LEASE_TTL, seconds
+    heartbeat_interval: float = 5.0  # CELERY_HA_HEARTBEAT_INTERVAL, seconds
+    reclaim_interval: float = 10.0  # CELERY_HA_RECLAIM_INTERVAL, seconds
+    max_attempts: int = 3  # CELERY_HA_MAX_ATTEMPTS
+    max_stalls: int = 3  # CELERY_HA_MAX_STALLS
+    window: int = 0  # CELERY_HA_WINDOW; 0 = 2 x worker concurrency
+    checkpoint_every: int = 50  # CELERY_HA_CHECKPOINT_EVERY, items
+    task_time_limit: float = 600.0  # CELERY_HA_TASK_TIME_LIMIT, seconds (hard limit of a fetch task)
+    visibility_timeout: float = 3600.0  # CELERY_HA_VISIBILITY_TIMEOUT, seconds (Redis broker)
+    proxy_rate: tuple[int, float] = (5, 60.0)  # CELERY_HA_PROXY_RATE, "5/60"
+    # CELERY_HA_PROXY_DOMAIN_RATES, "example.com=2/10,shop.example=10/60": per-domain overrides
+    proxy_domain_rates: dict[str, tuple[int, float]] = field(default_factory=dict)
+    proxy_check_url: str = ""  # CELERY_HA_PROXY_CHECK_URL: page the health check fetches through proxies
+    data_dir: str = ".celery-ha"  # CELERY_HA_DATA_DIR, embedded Redis files
+    redispatch_after: float = 60.0  # CELERY_HA_REDISPATCH_AFTER, seconds a dispatched task may stay unclaimed
+    soft_shutdown_timeout: float = 10.0  # CELERY_HA_SOFT_SHUTDOWN_TIMEOUT, seconds tasks get on SIGTERM
+    extra_imports: str = ""  # CELERY_HA_EXTRA_IMPORTS, comma-separated task modules for the worker
+    default_task: str = "fetch_page"  # CELERY_HA_DEFAULT_TASK: the task of an enqueue that names none
+    obey_robots: bool = True  # CELERY_HA_OBEY_ROBOTS: ctx.fetch honours robots.txt (cached per domain)
+    direct_when_empty: bool = False  # CELERY_HA_DIRECT_WHEN_EMPTY: fetch directly when every proxy is out
+
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            spec = _ENV.get(f.name)
+            if spec is None:
+                continue
+            var, parse = spec
+            text = raw_setting(var, env)
+            if text is not None:
+                values[f.name] = parse(var, text.strip())
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        """Cross-field checks (each knob alone was checked while parsing)."""
+        if self.heartbeat_interval >= self.lease_ttl:
+            raise ConfigurationError(
+                f"CELERY_HA_HEARTBEAT_INTERVAL ({self.heartbeat_interval}) must be shorter than "
+                f"CELERY_HA_LEASE_TTL ({self.lease_ttl}), or every lease expires between renewals"
+            )
+
+    def env_names(self) -> dict[str, str]:
+        """Field name -> environment variable, for documentation and error messages."""
+        return {k: v[0] for k, v in _ENV.items()}

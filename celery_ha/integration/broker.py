@@ -1,0 +1,83 @@
+"""What the pump needs to know about the Redis broker: kombu's lists for a queue, and which task
+ids still wait in them.
+
+kombu's Redis transport keeps one list per priority step (``queue``, ``queue\\x06\\x163`` …); the
+step list and separator come from kombu itself (``broker_transport_options`` may override both).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import redis
+from kombu.transport.redis import PRIORITY_STEPS, Channel
+
+from celery_ha.base.per_process import PerProcess
+from celery_ha.redisio.client import redis_client
+from celery_ha.redisio.urls import mask_url
+
+log = logging.getLogger(__name__)
+
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+_clients: PerProcess[dict[str, redis.Redis]] = PerProcess(dict)
+
+
+def broker_lists(queue: str, transport_options: dict[str, Any] | None = None) -> list[str]:
+    """The Redis lists kombu uses for ``queue`` (one per priority step)."""
+    opts = transport_options or {}
+    steps = opts.get("priority_steps", PRIORITY_STEPS)
+    sep = opts.get("sep", Channel.sep)
+    return [queue if step == 0 else f"{queue}{sep}{step}" for step in steps]
+
+
+def broker_backlog(client: redis.Redis, queue: str, transport_options: dict[str, Any] | None = None
+                   ) -> int:
+    """How many messages wait in the broker for ``queue`` (sum over priority lists)."""
+    pipe = client.pipeline(transaction=False)
+    for name in broker_lists(queue, transport_options):
+        pipe.llen(name)
+    return sum(pipe.execute())
+
+
+def broker_client(app: Any) -> redis.Redis | None:
+    """A client of the app's broker when it is a Redis one (one per URL and process), else None."""
+    url = str(app.conf.broker_url or "")
+    if not url.startswith(_REDIS_SCHEMES):
+        return None
+    clients = _clients.get()
+    client = clients.get(url)
+    if client is None:
+        client = clients[url] = redis_client(url)
+    return client
+
+
+def waiting_ids(app: Any, queues: Iterable[str]) -> set[str] | None:
+    """Durable task ids whose message still sits in the broker lists, or None when unknowable.
+
+    The lists are bounded by the window, so reading them is cheap; it keeps a slow backlog (all
+    workers busy with long tasks) from being re-sent every ``redispatch_after`` seconds.
+    """
+    client = broker_client(app)
+    if client is None:
+        return None
+    opts = dict(app.conf.broker_transport_options or {})
+    out: set[str] = set()
+    try:
+        pipe = client.pipeline(transaction=False)
+        for queue in queues:
+            for name in broker_lists(queue, opts):
+                pipe.lrange(name, 0, 100_000)
+        for raws in pipe.execute():
+            for raw in raws:
+                try:
+                    mid = json.loads(raw)["headers"]["id"]
+                except (ValueError, KeyError, TypeError):
+                    continue
+                out.add(str(mid).split(".", 1)[0])
+    except redis.RedisError as exc:
+        log.warning("cannot inspect broker %s: %s", mask_url(str(app.conf.broker_url)), exc)
+        return None
+    return out

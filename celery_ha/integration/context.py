@@ -1,0 +1,168 @@
+"""``ctx``: what a durable task function sees — its input, its checkpoint, and fenced ways to write.
+
+Outputs are exactly-once: ``ctx.emit`` buffers keyed items, which are committed together with each
+checkpoint (one fenced Lua script) and at completion. Children queued with ``ctx.enqueue`` are
+written before the next checkpoint, so a checkpoint never covers children that were not queued.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from celery_ha.base.errors import LeaseLost
+from celery_ha.base.settings import Settings
+from celery_ha.base.validation import (
+    MAX_ITEM_BYTES,
+    MAX_META_BYTES,
+    PRIORITY_RANGE,
+    check_int,
+    check_task_name,
+    check_url,
+    dumps_capped,
+)
+from celery_ha.fetch.process_fetcher import process_fetcher
+from celery_ha.integration.services import Services
+from celery_ha.integration.task_spec import DurableTask
+from celery_ha.state import Lease, TaskInfo, task_id_for
+from celery_ha.state.sink import item_key
+
+#: Buffered items are committed (without a checkpoint) once this many are pending.
+FLUSH_AT = 500
+
+
+class DurableContext:
+    """What a durable task function sees: its input, its checkpoint, and fenced ways to write."""
+
+    def __init__(self, lease: Lease, rt: Services, spec: DurableTask) -> None:
+        self.lease = lease
+        self._rt = rt
+        self._spec = spec
+        self._items: list[tuple[str, dict[str, Any]]] = []
+        self._children: list[dict[str, Any]] = []
+        self._lost = threading.Event()
+        self._lost_reason = ""
+        self.stopping = False
+        self.checkpoints_saved = 0
+        self.emitted = 0
+        self.committed = 0
+
+    # ------------------------------------------------------------------ input
+    @property
+    def task_id(self) -> str:
+        return self.lease.task_id
+
+    @property
+    def task(self) -> TaskInfo:
+        return self.lease.task
+
+    @property
+    def url(self) -> str:
+        return self.lease.task.url
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.lease.task.meta
+
+    @property
+    def checkpoint(self) -> dict[str, Any] | None:
+        """The last committed checkpoint (from a previous attempt, or saved in this one)."""
+        return self.lease.checkpoint
+
+    @property
+    def attempt(self) -> int:
+        """1 on the first run; grows with every failure and every stall (crash, lost lease)."""
+        return self.lease.task.attempt
+
+    @property
+    def settings(self) -> Settings:
+        return self._rt.settings
+
+    @property
+    def lost(self) -> bool:
+        return self._lost.is_set()
+
+    def mark_lost(self, reason: str) -> None:
+        """Called by the lease keeper: every later write raises LeaseLost."""
+        self._lost_reason = reason
+        self._lost.set()
+
+    def check(self) -> None:
+        """Raise LeaseLost if the lease is gone (call it in long loops that do no other I/O)."""
+        if self._lost.is_set():
+            raise LeaseLost(f"task {self.task_id}: {self._lost_reason}")
+
+    # ------------------------------------------------------------------ I/O
+    def fetch(self, url: str, method: str = "GET", **kwargs: Any) -> Any:
+        """HTTP through this process's proxy-aware fetcher (``celery_ha.fetch``): a proxy from the
+        pool, rotation to another proxy on failure, a FetchError when the page must wait."""
+        self.check()
+        rt = self._rt
+        response = process_fetcher(rt.client, rt.settings, rt.worker_name).fetch(url, method, **kwargs)
+        self.check()
+        return response
+
+    def emit(self, item: Mapping[str, Any], key: str | None = None) -> str:
+        """Buffer one output item; stored exactly once under ``key`` (default: the task's
+        ``item_key`` field, else a stable hash of the item). Returns the key."""
+        self.check()
+        if not isinstance(item, Mapping):
+            raise TypeError(f"emit() takes a dict, got {type(item).__name__}")
+        k = key if key is not None else item_key(item, self._spec.item_key)
+        value = dict(item)
+        dumps_capped("item", value, MAX_ITEM_BYTES)
+        self._items.append((str(k), value))
+        self.emitted += 1
+        if len(self._items) >= FLUSH_AT:
+            self.flush()
+        return str(k)
+
+    def enqueue(self, url: str, task: str | None = None, priority: int = 0,
+                meta: Mapping[str, Any] | None = None, dedup: bool = True,
+                max_attempts: int | None = None) -> str | None:
+        """Queue a child task. Buffered and written before the next checkpoint, so a checkpoint
+        never covers children that were not queued; with ``dedup`` (default) re-running the parent
+        never doubles them. Returns the child's id (deterministic with dedup)."""
+        self.check()
+        task = task or self._rt.queue.default_task
+        spec = {"url": url, "task": task, "priority": priority, "meta": dict(meta) if meta else None,
+                "dedup": dedup, "max_attempts": max_attempts}
+        if not dedup:
+            return self._rt.queue.enqueue_many([spec])[0]
+        check_url(url)  # validate now, so the error points at this call
+        check_task_name(task)
+        check_int("priority", priority, *PRIORITY_RANGE)
+        if meta:
+            dumps_capped("meta", meta, MAX_META_BYTES)
+        self._children.append(spec)
+        if len(self._children) >= FLUSH_AT:
+            self._flush_children()
+        return task_id_for(task, url)
+
+    def save_checkpoint(self, checkpoint: Mapping[str, Any]) -> None:
+        """Commit the buffered items and this checkpoint together (one fenced step)."""
+        self.check()
+        self._commit(dict(checkpoint))
+        self.checkpoints_saved += 1
+
+    def flush(self) -> None:
+        """Commit buffered items and children now, leaving the checkpoint as it is."""
+        self.check()
+        self._commit(None)
+
+    def _flush_children(self) -> None:
+        if self._children:
+            self._rt.queue.enqueue_many(self._children)
+            self._children = []
+
+    def _commit(self, checkpoint: dict[str, Any] | None) -> None:
+        self._flush_children()
+        if not self._items and checkpoint is None:
+            return
+        try:
+            self.committed += self._rt.queue.commit(self.lease, self._items, checkpoint)
+        except LeaseLost as exc:
+            self.mark_lost(str(exc))
+            raise
+        self._items = []

@@ -1,0 +1,93 @@
+"""Every worker lifecycle hook celery-ha needs, declared in one object and installed in one place.
+
+Each method is one Celery signal receiver; :meth:`WorkerHooks.install` connects them all to the app
+it is given (the composition root calls it once). A failing hook is logged, never fatal: the lease
+TTL and the sweep cover whatever a hook could not do.
+
+- ``celeryd_init``: remember the node name (lease holders are ``node:pid``).
+- ``worker_process_init`` (pool child): start the lease keeper, registering the child at once.
+- ``worker_process_shutdown`` (pool child): leave the worker registry.
+- ``worker_ready``: fill the window at once (queued work need not wait for beat).
+- ``task_failure``: fast failover when a pool child died.
+- ``worker_shutting_down`` / ``worker_shutdown``: graceful shutdown.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from celery import signals
+
+from celery_ha.integration.child_reaper import FastChildReaper
+from celery_ha.integration.failover import on_child_lost
+from celery_ha.integration.lease_keeper import keeper
+from celery_ha.integration.pump import pump_quietly
+from celery_ha.integration.services import services, set_node
+from celery_ha.integration.shutdown import GracefulShutdown
+from celery_ha.state.worker_registry import unregister
+
+log = logging.getLogger(__name__)
+
+
+def _logged(hook: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(hook)
+    def run(*args: Any, **kwargs: Any) -> None:
+        try:
+            hook(*args, **kwargs)
+        except Exception as exc:
+            log.warning("celery-ha hook %s failed: %s", hook.__name__, exc)
+
+    return run
+
+
+class WorkerHooks:
+    """The hooks of one Celery app (see the module docstring)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.shutdown = GracefulShutdown()
+
+    def install(self) -> WorkerHooks:
+        """Connect every hook to the app's signals and add the fast child reaper bootstep."""
+        self.app.steps["worker"].add(FastChildReaper)
+        for signal, hook in (
+            (signals.celeryd_init, self.celeryd_init),
+            (signals.worker_process_init, self.worker_process_init),
+            (signals.worker_process_shutdown, self.worker_process_shutdown),
+            (signals.worker_ready, self.worker_ready),
+            (signals.task_failure, self.task_failure),
+            (signals.worker_shutting_down, self.worker_shutting_down),
+            (signals.worker_shutdown, self.worker_shutdown),
+        ):
+            signal.connect(_logged(hook), weak=False)
+        return self
+
+    def celeryd_init(self, sender: str | None = None, **_: Any) -> None:
+        if sender:
+            set_node(sender)
+
+    def worker_process_init(self, **_: Any) -> None:
+        # The keeper thread starts after the fork; its first tick registers this child (window
+        # sizing, `celery-ha workers`). The SIGTERM handler is installed per task instead, because
+        # billiard sets its own after this signal.
+        keeper(self.app).tick()
+
+    def worker_process_shutdown(self, **_: Any) -> None:
+        rt = services()
+        unregister(rt.client, rt.settings.namespace, rt.worker_name)
+
+    def worker_ready(self, **_: Any) -> None:
+        pump_quietly(self.app, services())
+
+    def task_failure(self, sender: Any = None, exception: BaseException | None = None, args: Any = None,
+                     **_: Any) -> None:
+        on_child_lost(services(), self.app, sender, exception, args)
+
+    def worker_shutting_down(self, **_: Any) -> None:
+        self.shutdown.begin(services())
+
+    def worker_shutdown(self, **_: Any) -> None:
+        self.shutdown.finish(services())

@@ -1,0 +1,83 @@
+"""The pump: keep at most ``window`` task messages in the broker, the backlog stays in Redis.
+
+``q.dispatch`` moves up to ``window - dispatched`` tasks ready -> dispatched in one Lua step (and
+promotes due retries, and hands back dispatched tasks nobody claimed within ``redispatch_after``);
+the pump then sends exactly one Celery message per returned id, on the namespace's broker queue.
+Messages carry only the task id.
+
+Called after every task completion or failure, by the failover handler, by beat's sweep and by the
+worker watchdog. It is safe to call from many processes at once: dispatch is atomic, and a
+duplicate message is dropped by the claim.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Any
+
+from celery_ha.base.settings import Settings
+from celery_ha.integration.broker import waiting_ids
+from celery_ha.integration.queues import broker_queue
+from celery_ha.integration.services import Services
+from celery_ha.integration.task_spec import logical_queue
+from celery_ha.state import Dispatched, TaskQueue
+from celery_ha.state.worker_registry import alive_count
+
+log = logging.getLogger(__name__)
+
+
+def celery_priority(priority: int) -> int:
+    """Map a queue priority (-1000..1000, higher runs first) to a Redis-broker priority (0..9,
+    0 runs first). Queue priority 0 maps to 3; 3 and above to 0; -6 and below to 9."""
+    return max(0, min(9, 3 - int(priority)))
+
+
+def effective_window(q: TaskQueue, settings: Settings) -> int:
+    """``CELERY_HA_WINDOW``, else 2 x the concurrency of the live workers (at least 2)."""
+    if settings.window > 0:
+        return settings.window
+    alive = alive_count(q.client, q.namespace, max_age=max(settings.lease_ttl,
+                                                            3 * settings.heartbeat_interval))
+    return max(2, 2 * alive)
+
+
+def message_id(task_id: str) -> str:
+    """Celery message id: the durable task id plus a nonce (Flower shows which task it carries)."""
+    return f"{task_id}.{secrets.token_hex(4)}"
+
+
+def send(app: Any, namespace: str, batch: list[Dispatched]) -> int:
+    """Send one Celery message per dispatched task. A re-sent task whose first message is still
+    waiting in the broker is skipped; only then are the broker lists read (fresh tasks have none)."""
+    queue_of = {d.task: broker_queue(namespace, logical_queue(d.task)) for d in batch}
+    resent = {queue_of[d.task] for d in batch if d.resent}
+    waiting = (waiting_ids(app, resent) or set()) if resent else set()
+    sent = 0
+    for d in batch:
+        if d.resent and d.task_id in waiting:
+            continue
+        app.send_task(d.task, args=[d.task_id], queue=queue_of[d.task],
+                      priority=celery_priority(d.priority), task_id=message_id(d.task_id))
+        sent += 1
+    return sent
+
+
+def pump(q: TaskQueue, app: Any, settings: Settings, window: int | None = None) -> int:
+    """Dispatch up to the window and send the messages; returns how many were sent."""
+    size = window if window is not None else effective_window(q, settings)
+    batch = q.dispatch(size, redispatch_after=settings.redispatch_after)
+    sent = send(app, q.namespace, batch)
+    if batch:
+        log.debug("pump: window %d, dispatched %d, sent %d", size, len(batch), sent)
+    return sent
+
+
+def pump_quietly(app: Any, rt: Services) -> int:
+    """Pump where a failure must not fail the caller (after a task, after a failover): the sweep of
+    beat or of a worker watchdog pumps again later. Returns how many were sent (0 on failure)."""
+    try:
+        return pump(rt.queue, app, rt.settings)
+    except Exception as exc:
+        log.warning("pump failed (the next sweep pumps again): %s", exc)
+        return 0

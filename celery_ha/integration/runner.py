@@ -1,0 +1,94 @@
+"""Run one Celery message of a durable task: claim, run under a kept lease, complete or fail.
+
+Claim in Redis (``None`` = duplicate or stale message: ack and drop), hand the function a
+:class:`DurableContext`, keep the lease renewed from the lease keeper thread, then complete the task,
+fail it (retry with backoff, or dead) or hand it back (shutdown, soft time limit after progress).
+Execution is at-least-once: a crash re-runs the task from its last checkpoint, and the keyed sink
+ignores what was already stored. Every outcome refills the broker window.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from typing import Any
+
+import redis
+from celery.exceptions import SoftTimeLimitExceeded
+
+from celery_ha.base.errors import LeaseLost
+from celery_ha.integration.context import DurableContext
+from celery_ha.integration.graceful_stop import stop_handler
+from celery_ha.integration.lease_keeper import keeper
+from celery_ha.integration.pump import pump_quietly
+from celery_ha.integration.services import Services, services, set_node
+from celery_ha.integration.task_errors import GracefulStop, is_permanent
+from celery_ha.integration.task_spec import DurableTask
+
+log = logging.getLogger(__name__)
+
+
+def run_message(spec: DurableTask, celery_task: Any, task_id: str) -> str:
+    """Execute one Celery message for durable task ``task_id``; returns the outcome."""
+    hostname = getattr(getattr(celery_task, "request", None), "hostname", None)
+    if hostname:
+        set_node(hostname)
+    stop = stop_handler()
+    if threading.current_thread() is threading.main_thread():
+        stop.install()
+    rt = services()
+    keep = keeper(celery_task.app)
+    lease = rt.queue.claim(task_id, rt.worker_name)
+    if lease is None:
+        log.info("task %s is not claimable (duplicate or stale message): dropped", task_id)
+        return "dropped"
+    ctx = DurableContext(lease, rt, spec)
+    keep.track(ctx)
+    outcome = "completed"
+    try:
+        with stop.running(ctx):
+            with stop.user_code():
+                spec.fn(ctx)
+            ctx.check()
+            ctx._commit(None)
+            rt.queue.complete(lease)
+    except LeaseLost as exc:
+        outcome = "lost"
+        log.warning("task %s stopped, its lease is lost: %s", task_id, exc)
+    except GracefulStop:
+        outcome = _hand_back(ctx, rt, "worker shutting down")
+    except SoftTimeLimitExceeded:
+        if ctx.checkpoints_saved:
+            outcome = _hand_back(ctx, rt, "soft time limit (progress saved)")
+        else:
+            outcome = _fail(ctx, rt, "soft time limit exceeded without progress", retry=True)
+    except Exception as exc:
+        outcome = _fail(ctx, rt, f"{type(exc).__name__}: {exc}", retry=not is_permanent(exc))
+    finally:
+        keep.untrack(ctx)
+    pump_quietly(celery_task.app, rt)  # refill the window (a handed-back task goes to another worker)
+    return outcome
+
+
+def _hand_back(ctx: DurableContext, rt: Services, reason: str) -> str:
+    """Keep what was produced (keyed, so safe), then release the lease without counting a stall."""
+    with contextlib.suppress(LeaseLost, redis.RedisError):
+        ctx._commit(None)
+    try:
+        state = rt.queue.release(ctx.task_id, token=ctx.lease.token, worker=rt.worker_name,
+                                 count_stall=False, reason=reason)
+    except redis.RedisError as exc:
+        log.warning("could not release task %s (%s): its lease will expire", ctx.task_id, exc)
+        return "abandoned"
+    log.warning("task %s handed back (%s): %s", ctx.task_id, reason, state)
+    return "released"
+
+
+def _fail(ctx: DurableContext, rt: Services, error: str, retry: bool) -> str:
+    try:
+        result = rt.queue.fail(ctx.lease, error, retry=retry)
+    except LeaseLost:
+        return "lost"
+    log.warning("task %s failed (%s): %s", ctx.task_id, result, error)
+    return f"failed:{result}"

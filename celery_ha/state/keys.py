@@ -1,0 +1,43 @@
+"""Redis key names of the durable task layer.
+
+All keys of one namespace share the hash tag ``{ns}``, so a namespace lives in one Redis Cluster slot and
+every multi-key Lua script stays legal there. Names are short on purpose: they are repeated per task.
+"""
+
+from __future__ import annotations
+
+
+def prefix(namespace: str) -> str:
+    """The common prefix of every key of ``namespace``: ``cha:{namespace}:``."""
+    return f"cha:{{{namespace}}}:"
+
+
+class QueueKeys:
+    """Keys of the durable task layer (see README "Data layout")."""
+
+    def __init__(self, namespace: str) -> None:
+        p = prefix(namespace)
+        self.prefix = p
+        self.tasks = p + "tasks"  # hash: id -> JSON record
+        self.ready_bands = p + "readyp"  # zset: priority bands holding queued tasks, score = -priority
+        self.delayed = p + "delayed"  # zset: id, score = due time (ms, Redis clock)
+        self.inflight = p + "inflight"  # zset: id, score = dispatch time (ms)
+        self.running = p + "running"  # zset: id, score = lease expiry (ms)
+        self.dead = p + "dead"  # zset: id, score = time of death (ms)
+        self.completed = p + "completed"  # zset: id, score = completion time (bounded history)
+        self.seen = p + "seen"  # set: dedup ids of finished tasks whose record was trimmed or kept
+        self.checkpoints = p + "ckpt"  # hash: id -> JSON checkpoint
+        self.stats = p + "stats"  # hash: counters
+        self.wake = p + "wake"  # list: wake-up tokens for blocked claim_next callers
+        self.items = p + "items"  # hash: item key -> JSON item (the Redis sink)
+        self.item_log = p + "itemlog"  # list: item keys in commit order (for export)
+        self.locks = p + "lock:"  # prefix of short maintenance locks
+        self.workers = p + "workers"  # zset: worker name -> last heartbeat (ms)
+        self.meta = p + "meta"  # hash: last sweep time and other bookkeeping
+
+    def ready_list(self, priority: int | str) -> str:
+        """List of queued ids of one priority band, FIFO (must match ready_key() in _common.lua)."""
+        return f"{self.prefix}r:{priority}"
+
+    def lock(self, name: str) -> str:
+        return self.locks + name

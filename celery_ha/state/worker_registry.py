@@ -1,0 +1,99 @@
+"""The worker registry: which pool processes are alive and which tasks they hold.
+
+Each pool child heartbeats ``node:pid`` into the ``workers`` sorted set with the Redis clock as
+score. Alive = beat within ``max_age`` seconds. The tasks a worker holds are read from the running
+leases themselves (the lease records the holder), so the registry can never disagree with them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from celery_ha.redisio.clock import redis_now_ms
+from celery_ha.redisio.scripts import eval_script
+from celery_ha.state import TaskInfo
+from celery_ha.state.keys import QueueKeys
+
+_SCRIPTS_DIR = Path(__file__).parent
+
+
+def split_worker(name: str) -> tuple[str, int | None]:
+    """``"node:pid"`` -> (node, pid); pid is None when the name carries none."""
+    node, _, pid = name.rpartition(":")
+    return (node, int(pid)) if pid.isdigit() and node else (name, None)
+
+
+def heartbeat(client: redis.Redis, namespace: str, worker: str) -> int:
+    """Record that ``worker`` is alive now (Redis time); returns that time in ms."""
+    return int(eval_script(client, _SCRIPTS_DIR, "heartbeat", [QueueKeys(namespace).workers], [worker]))
+
+
+def unregister(client: redis.Redis, namespace: str, *workers: str) -> None:
+    if workers:
+        client.zrem(QueueKeys(namespace).workers, *workers)
+
+
+def prune(client: redis.Redis, namespace: str, older_than: float) -> int:
+    """Drop entries that have not beaten for ``older_than`` seconds."""
+    cutoff = redis_now_ms(client) - int(older_than * 1000)
+    return int(client.zremrangebyscore(QueueKeys(namespace).workers, "-inf", cutoff))
+
+
+def alive_count(client: redis.Redis, namespace: str, max_age: float) -> int:
+    """How many pool processes beat within ``max_age`` seconds (= total worker concurrency)."""
+    cutoff = redis_now_ms(client) - int(max_age * 1000)
+    return int(client.zcount(QueueKeys(namespace).workers, cutoff, "+inf"))
+
+
+def running_by_worker(client: redis.Redis, namespace: str, limit: int = 10_000) -> dict[str, list[str]]:
+    """Running task ids grouped by the lease holder recorded in each task."""
+    keys = QueueKeys(namespace)
+    ids = client.zrange(keys.running, 0, limit - 1)
+    out: dict[str, list[str]] = defaultdict(list)
+    if not ids:
+        return {}
+    for tid, raw in zip(ids, client.hmget(keys.tasks, ids), strict=True):
+        if not raw:
+            continue
+        info = TaskInfo.parse(tid, raw)
+        if info.state == "running" and info.worker:
+            out[info.worker].append(tid)
+    return dict(out)
+
+
+def list_workers(client: redis.Redis, namespace: str = "default", max_age: float | None = None
+                 ) -> list[dict[str, Any]]:
+    """Alive workers (pool processes) with the task ids they hold, busiest node first.
+
+    ``max_age`` defaults to the lease TTL: a process that has not beaten for that long has lost
+    its leases anyway. Each entry: ``name`` (``node:pid``), ``node``, ``pid``, ``last_seen``
+    (epoch seconds, Redis clock), ``age`` (seconds) and ``tasks``.
+    """
+    if max_age is None:
+        from celery_ha.base.settings import Settings
+
+        try:
+            max_age = Settings.from_env().lease_ttl
+        except Exception:  # a bad environment must not break a read-only listing
+            max_age = 30.0
+    now = redis_now_ms(client)
+    members = client.zrangebyscore(QueueKeys(namespace).workers, now - int(max_age * 1000), "+inf",
+                                   withscores=True)
+    held = running_by_worker(client, namespace)
+    out = []
+    for name, score in members:
+        node, pid = split_worker(name)
+        out.append({
+            "name": name,
+            "node": node,
+            "pid": pid,
+            "last_seen": score / 1000.0,
+            "age": max(0.0, (now - score) / 1000.0),
+            "tasks": sorted(held.get(name, [])),
+        })
+    out.sort(key=lambda w: (w["node"], w["name"]))
+    return out

@@ -26,8 +26,8 @@ def make_cluster(redis_server: Any, tmp_path: Path) -> Iterator[Any]:
     """Factory of clusters; every process any of them started is killed (by group) in teardown."""
     made: list[Cluster] = []
 
-    def make(**env: Any) -> Cluster:
-        cluster = Cluster(redis_server.url, tmp_path, **env)
+    def make(broker_of: Cluster | None = None, **env: Any) -> Cluster:
+        cluster = Cluster(redis_server.url, tmp_path, broker_of=broker_of, **env)
         made.append(cluster)
         return cluster
 

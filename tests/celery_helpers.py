@@ -40,17 +40,19 @@ def wait_for(predicate: Callable[[], T], timeout: float = 20.0, interval: float 
 
 
 class Cluster:
-    """Workers and beats of one test: a fresh namespace and a fresh broker database."""
+    """Workers and beats of one test: a fresh namespace and a fresh broker database (or, with
+    ``broker_of``, the broker database of another cluster: two namespaces on one broker)."""
 
-    def __init__(self, redis_base_url: str, tmp: Path, **env: Any) -> None:
+    def __init__(self, redis_base_url: str, tmp: Path, broker_of: Cluster | None = None, **env: Any) -> None:
         base = redis_base_url.rsplit("/", 1)[0]
         self.namespace = f"t{uuid.uuid4().hex[:10]}"
         self.state_url = f"{base}/0"
-        self.broker_url = f"{base}/{next(_broker_dbs)}"
+        self.broker_url = broker_of.broker_url if broker_of else f"{base}/{next(_broker_dbs)}"
         self.tmp = tmp
         self.r = redis.Redis.from_url(self.state_url, decode_responses=True)
         self.broker = redis.Redis.from_url(self.broker_url, decode_responses=True)
-        self.broker.flushdb()
+        if broker_of is None:
+            self.broker.flushdb()
         self.env = {
             "CELERY_HA_REDIS_URL": self.state_url,
             "CELERY_BROKER_URL": self.broker_url,

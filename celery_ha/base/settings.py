@@ -108,6 +108,8 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "soft_shutdown_timeout": ("CELERY_HA_SOFT_SHUTDOWN_TIMEOUT", _number(float, 0, 86400)),
     "extra_imports": ("CELERY_HA_EXTRA_IMPORTS", _text),
     "default_task": ("CELERY_HA_DEFAULT_TASK", _checked(check_task_name)),
+    "redis_server": ("CELERY_HA_REDIS_SERVER", _text),
+    "debug": ("CELERY_HA_DEBUG", _flag),
     "obey_robots": ("CELERY_HA_OBEY_ROBOTS", _flag),
     "direct_when_empty": ("CELERY_HA_DIRECT_WHEN_EMPTY", _flag),
 }
@@ -138,6 +140,8 @@ class Settings:
     soft_shutdown_timeout: float = 10.0  # CELERY_HA_SOFT_SHUTDOWN_TIMEOUT, seconds tasks get on SIGTERM
     extra_imports: str = ""  # CELERY_HA_EXTRA_IMPORTS, comma-separated task modules for the worker
     default_task: str = "fetch_page"  # CELERY_HA_DEFAULT_TASK: the task of an enqueue that names none
+    redis_server: str = ""  # CELERY_HA_REDIS_SERVER: redis-server binary for the embedded Redis and tests
+    debug: bool = False  # CELERY_HA_DEBUG: the CLI prints tracebacks
     obey_robots: bool = True  # CELERY_HA_OBEY_ROBOTS: ctx.fetch honours robots.txt (cached per domain)
     direct_when_empty: bool = False  # CELERY_HA_DIRECT_WHEN_EMPTY: fetch directly when every proxy is out
 
@@ -156,6 +160,16 @@ class Settings:
         settings = cls(**values)
         settings.validate()
         return settings
+
+    @classmethod
+    def one(cls, name: str, env: Mapping[str, str] | None = None) -> Any:
+        """One knob by field name, parsed and validated alone: for code that needs a single value
+        (the redis-server binary, the CLI's debug flag) and must not fail on an unrelated bad knob."""
+        var, parse = _ENV[name]
+        text = raw_setting(var, env)
+        if text is None:
+            return next(f.default for f in fields(cls) if f.name == name)
+        return parse(var, text.strip())
 
     def validate(self) -> None:
         """Cross-field checks (each knob alone was checked while parsing)."""

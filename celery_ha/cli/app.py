@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -10,8 +9,8 @@ from typing import Any
 
 import click
 
-from celery_ha.cli.context import CLIContext, check_namespace
-from celery_ha.cli.errors import EXIT_USAGE, describe, one_line
+from celery_ha.cli.context import CLIContext, check_namespace_option
+from celery_ha.cli.errors import EXIT_USAGE, debug_enabled, describe, one_line
 
 
 class CeleryHAGroup(click.Group):
@@ -29,7 +28,7 @@ class CeleryHAGroup(click.Group):
         except KeyboardInterrupt:
             raise click.Abort() from None
         except Exception as exc:
-            if os.environ.get("CELERY_HA_DEBUG"):
+            if debug_enabled():
                 traceback.print_exc()
             obj = ctx.find_object(CLIContext)
             message, code = describe(exc, obj.known_url if obj else None)
@@ -64,7 +63,8 @@ class CeleryHAGroup(click.Group):
 @click.option("--redis-url", envvar="CELERY_HA_REDIS_URL", show_envvar=True, metavar="URL",
               help="Redis of the state layer (redis://, rediss://, unix://). Default: the embedded Redis, "
                    "started on demand under .celery-ha/.")
-@click.option("--namespace", "-n", envvar="CELERY_HA_NAMESPACE", show_envvar=True, callback=check_namespace,
+@click.option("--namespace", "-n", envvar="CELERY_HA_NAMESPACE", show_envvar=True,
+              callback=check_namespace_option,
               help="Namespace of keys (cha:{NAMESPACE}:*) to work on.  [default: default]")
 @click.version_option(package_name="celery-ha", prog_name="celery-ha")
 @click.pass_context

@@ -6,7 +6,6 @@ and a bad environment variable only fails the commands that read it (with one cl
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -14,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 import click
 import redis
 
+from celery_ha.base.errors import InvalidInput
 from celery_ha.base.settings import Settings
+from celery_ha.base.validation import NAMESPACE_RULE, check_namespace
 from celery_ha.redisio.client import redis_client
 from celery_ha.runtime.resolve import resolve_redis_url
 
@@ -22,13 +23,13 @@ if TYPE_CHECKING:
     from celery_ha.proxy import ProxyPool
     from celery_ha.state import TaskQueue
 
-_NAMESPACE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-
-
-def check_namespace(_ctx: click.Context | None, _param: Any, value: str | None) -> str | None:
-    """click callback: the same rule as ``CELERY_HA_NAMESPACE``."""
-    if value is not None and not _NAMESPACE.match(value):
-        raise click.BadParameter("must be 1-64 characters of letters, digits, '_', '.', '-'")
+def check_namespace_option(_ctx: click.Context | None, _param: Any, value: str | None) -> str | None:
+    """click callback: the same rule as ``CELERY_HA_NAMESPACE`` (``celery_ha.base.validation``)."""
+    if value is not None:
+        try:
+            check_namespace(value)
+        except InvalidInput:
+            raise click.BadParameter(f"must be {NAMESPACE_RULE}") from None
     return value
 
 
@@ -75,9 +76,7 @@ class CLIContext:
     def queue(self) -> TaskQueue:
         from celery_ha.state import TaskQueue
 
-        s = self.settings
-        return TaskQueue(self.client, self.namespace, lease_ttl=s.lease_ttl, max_attempts=s.max_attempts,
-                         max_stalls=s.max_stalls)
+        return TaskQueue.for_settings(self.client, self.settings, self.namespace)
 
     @cached_property
     def pool(self) -> ProxyPool:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 
 import redis
 
-from celery_ha.base.errors import CeleryHAError
+from celery_ha.base.errors import CeleryHAError, ConfigurationError
+from celery_ha.base.settings import Settings
 from celery_ha.redisio.urls import mask_url
 
 #: Exit codes: 1 = the operation failed, 2 = bad usage (click's own), 3 = Redis unreachable.
@@ -20,6 +20,15 @@ def one_line(text: str) -> str:
     """Masked, single-line version of ``text`` (multi-line messages are joined with ' | ')."""
     parts = [p.strip() for p in mask_url(str(text)).splitlines() if p.strip()]
     return " | ".join(parts) if parts else "unknown error"
+
+
+def debug_enabled() -> bool:
+    """``CELERY_HA_DEBUG``: print tracebacks. Read alone, so a bad unrelated knob cannot hide them;
+    an unreadable value counts as asking for them."""
+    try:
+        return bool(Settings.one("debug"))
+    except ConfigurationError:
+        return True
 
 
 def describe(exc: BaseException, redis_url: str | None = None) -> tuple[str, int]:
@@ -38,5 +47,5 @@ def describe(exc: BaseException, redis_url: str | None = None) -> tuple[str, int
     if isinstance(exc, OSError):
         name = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         return one_line(f"{name}{exc.strerror or exc}"), EXIT_FAILURE
-    hint = "" if os.environ.get("CELERY_HA_DEBUG") else " (set CELERY_HA_DEBUG=1 for the traceback)"
+    hint = "" if debug_enabled() else " (set CELERY_HA_DEBUG=1 for the traceback)"
     return one_line(f"unexpected {type(exc).__name__}: {exc}{hint}"), EXIT_FAILURE

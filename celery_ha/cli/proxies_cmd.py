@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from typing import IO
 
 import click
 
 from celery_ha.base.errors import InvalidInput
+from celery_ha.base.settings import Settings
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.cli.render import console, echo_json, grid, read_lines, when
 from celery_ha.redisio.urls import mask_url
@@ -129,7 +129,7 @@ def remove(obj: CLIContext, proxy: str) -> None:
 
 
 @command.command("check")
-@click.option("--url", "check_url", default=lambda: os.environ.get("CELERY_HA_PROXY_CHECK_URL"),
+@click.option("--url", "check_url", default=lambda: Settings.one("proxy_check_url") or None,
               metavar="URL", help="Page to fetch through each proxy (env CELERY_HA_PROXY_CHECK_URL).")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=200, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1, 256), default=8, show_default=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import click
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.redisio.urls import mask_url
 from celery_ha.runtime.embedded import EmbeddedRedis
-from celery_ha.runtime.supervisor import Supervisor
+from celery_ha.runtime.supervisor import Supervisor, celery_argv
 
 #: A child that keeps dying is given up on after this many restarts within RESTART_WINDOW seconds.
 MAX_RESTARTS = 5
@@ -29,11 +28,6 @@ def child_env(obj: CLIContext, **extra: str) -> dict[str, str]:
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.update(extra)
     return env
-
-
-def celery_argv(app: str, *args: str) -> list[str]:
-    """``python -m celery -A app ...`` with this interpreter (the venv that has celery-ha)."""
-    return [sys.executable, "-m", "celery", "-A", app, *args]
 
 
 @click.command("up")

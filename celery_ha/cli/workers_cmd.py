@@ -8,7 +8,7 @@ import click
 
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.cli.render import console, echo_json, grid, when
-from celery_ha.state.worker_registry import list_workers, running_by_worker
+from celery_ha.state.worker_registry import list_workers, running_by_worker, split_worker
 
 
 def workers_with_leases(obj: CLIContext, max_age: float | None) -> list[dict[str, Any]]:
@@ -21,7 +21,7 @@ def workers_with_leases(obj: CLIContext, max_age: float | None) -> list[dict[str
     known = {w["name"] for w in workers}
     for name, ids in sorted(running_by_worker(obj.client, obj.namespace).items()):
         if name not in known:
-            workers.append({"name": name, "node": name.rpartition(":")[0] or name, "pid": None,
+            workers.append({"name": name, "node": split_worker(name)[0], "pid": None,
                             "last_seen": None, "age": None, "tasks": sorted(ids), "alive": False})
     for w in workers:
         w.setdefault("alive", True)

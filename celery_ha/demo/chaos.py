@@ -14,29 +14,12 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import redis
 
+from celery_ha.base.procfs import child_pids
 from celery_ha.state import TaskQueue
-from celery_ha.state.worker_registry import running_by_worker
-
-
-def child_pids(pid: int) -> list[int]:
-    """Direct children of ``pid`` (Linux /proc), e.g. the prefork pool of a Celery worker."""
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-        return [int(p) for p in text.split()]
-    except OSError:
-        pass
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                stat = (entry / "stat").read_text()
-                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(entry.name))
-    return out
+from celery_ha.state.worker_registry import running_by_worker, split_worker
 
 
 @dataclass
@@ -74,13 +57,13 @@ class Chaos:
         """SIGKILL one pool child of ``worker_pids`` that holds a lease; None if none is busy now."""
         children = {c: w for w in worker_pids for c in child_pids(w)}
         for holder, task_ids in self._holders().items():
-            pid_text = holder.rpartition(":")[2]
-            if pid_text.isdigit() and int(pid_text) in children:
+            pid = split_worker(holder)[1]
+            if pid in children:
                 held = self._snapshot(task_ids)
                 if not held:
                     continue
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid_text), signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
                     event = Failover("pool child", holder, time.monotonic(), held)
                     self.failovers.append(event)
                     return event
@@ -91,17 +74,16 @@ class Chaos:
         counts = dict.fromkeys(workers, 0)
         owner = {p: name for name, pid in workers.items() for p in (pid, *child_pids(pid))}
         for holder, task_ids in self._holders().items():
-            pid_text = holder.rpartition(":")[2]
-            if pid_text.isdigit() and int(pid_text) in owner:
-                counts[owner[int(pid_text)]] += len(task_ids)
+            pid = split_worker(holder)[1]
+            if pid in owner:
+                counts[owner[pid]] += len(task_ids)
         return counts
 
     def kill_worker(self, name: str, pgid: int) -> Failover:
         """SIGKILL a whole worker (main process and pool: its process group), like a host dying."""
         node_pids = {pgid, *child_pids(pgid)}
         held_ids = [tid for holder, tids in self._holders().items()
-                    if holder.rpartition(":")[2].isdigit() and int(holder.rpartition(":")[2]) in node_pids
-                    for tid in tids]
+                    if split_worker(holder)[1] in node_pids for tid in tids]
         held = self._snapshot(held_ids)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)

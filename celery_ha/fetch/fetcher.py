@@ -9,55 +9,44 @@ waiting budget run out does it raise :class:`FetchError` (retryable: the task la
 attempt). A 404/410 raises :class:`PermanentFetchError` (do not retry), as does a robots.txt refusal.
 
 Used by the durable task context as ``ctx.fetch(url, **kw)``; ``Fetcher(pool=None)`` fetches directly.
+Headers come from ``headers.py``, the judgement of a response from ``classify.py`` and the robots.txt
+cache from ``robots.py``.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib import robotparser
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
 
 from celery_ha.base.errors import InvalidInput, NoProxyAvailable
+from celery_ha.fetch.classify import CAPTCHA_MARKERS, classify, retry_after_seconds
 from celery_ha.fetch.errors import FetchError, PermanentFetchError, RobotsDisallowed
-from celery_ha.proxy.pool import BLOCK_STATUSES, PERMANENT_STATUSES, ProxyLease, ProxyPool
-from celery_ha.proxy.validation import normalize_domain
+from celery_ha.fetch.headers import USER_AGENTS, browser_headers
+from celery_ha.fetch.robots import RobotsCache
+from celery_ha.proxy import ProxyLease, ProxyPool, normalize_domain
 from celery_ha.redisio.urls import mask_url
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "CAPTCHA_MARKERS",
+    "USER_AGENTS",
+    "FetchError",
+    "FetchInfo",
+    "Fetcher",
+    "PermanentFetchError",
+    "RobotsDisallowed",
+    "classify",
+    "retry_after_seconds",
+]
 
-USER_AGENTS: tuple[str, ...] = (
-    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 "
-    "Safari/537.36",
-    "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 "
-    "Safari/537.36",
-    "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/130.0.0.0 Safari/537.36",
-    "Mozilla/5.0 (Windows NT 10.0; Win64; x64; rv:133.0) Gecko/20100101 Firefox/133.0",
-    "Mozilla/5.0 (Macintosh; Intel Mac OS X 14.7; rv:133.0) Gecko/20100101 Firefox/133.0",
-    "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/18.1 "
-    "Safari/605.1.15",
-    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0.0.0 "
-    "Safari/537.36 Edg/131.0.0.0",
-)
-CAPTCHA_MARKERS: tuple[str, ...] = (
-    "g-recaptcha",
-    "h-captcha",
-    "cf-challenge",
-    "captcha-container",
-    'id="captcha"',
-    "<title>captcha",
-    "are you a robot",
-    "验证码",
-)
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -69,50 +58,8 @@ class FetchInfo:
     outcomes: tuple[str, ...]  # outcome of every try, in order
 
 
-def classify(
-    response: requests.Response | None,
-    error: BaseException | None = None,
-    captcha_markers: Iterable[str] = CAPTCHA_MARKERS,
-) -> str:
-    """ok | blocked | server | transport | permanent, as the pool's release expects."""
-    if response is None:
-        return "transport"
-    status = response.status_code
-    if status in PERMANENT_STATUSES:
-        return "permanent"
-    if status in BLOCK_STATUSES:
-        return "blocked"
-    if status == 407:
-        return "transport"  # the proxy refused our credentials: the proxy's fault, not the site's
-    if status >= 500:
-        return "server"
-    ctype = response.headers.get("Content-Type", "")
-    if status < 300 and ("html" in ctype or "text" in ctype or not ctype):
-        head = response.text[:20000].lower()
-        if any(marker in head for marker in captcha_markers):
-            return "blocked"
-    return "ok"
-
-
-def retry_after_seconds(response: requests.Response | None, cap: float = 3600.0) -> float:
-    """Seconds from a ``Retry-After`` header (delta-seconds or HTTP date); 0 when absent or unreadable."""
-    if response is None:
-        return 0.0
-    value = response.headers.get("Retry-After")
-    if not value:
-        return 0.0
-    value = value.strip()
-    try:
-        return min(cap, max(0.0, float(value)))
-    except ValueError:
-        pass
-    try:
-        return min(cap, max(0.0, parsedate_to_datetime(value).timestamp() - time.time()))
-    except (TypeError, ValueError, OverflowError):
-        return 0.0
-
-
 def _domain_of(url: str) -> str:
+    """The pool's domain key of ``url`` (host, plus the port when it is not the scheme's default)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidInput(f"cannot fetch {mask_url(url)!r}: need an http(s) URL with a host")
@@ -171,16 +118,13 @@ class Fetcher:
         self.max_wait = max_wait
         self.timeout = timeout
         self.obey_robots = obey_robots
-        self.robots_agent = robots_agent
-        self.robots_ttl = robots_ttl
+        self.robots = RobotsCache(self._fetch_robots, robots_agent, robots_ttl)
         self.politeness = politeness
         self.direct_when_empty = direct_when_empty
         self.user_agents = tuple(user_agents) or USER_AGENTS
         self.captcha_markers = tuple(m.lower() for m in captcha_markers)
         self.providers = list(providers)
         self._sleep = sleep
-        self._robots: dict[str, tuple[float, robotparser.RobotFileParser]] = {}
-        self._robots_lock = threading.Lock()
         if session is None:
             session = requests.Session()
             session.trust_env = False  # proxies come from the pool only, never from the environment
@@ -192,7 +136,18 @@ class Fetcher:
     def __repr__(self) -> str:
         return f"Fetcher(pool={self.pool!r}, worker={self.worker!r}, max_rotations={self.max_rotations})"
 
+    @property
+    def robots_agent(self) -> str:
+        """The user agent robots.txt rules are matched against."""
+        return self.robots.agent
+
+    @property
+    def robots_ttl(self) -> float:
+        """Seconds a site's robots.txt is trusted before it is fetched again."""
+        return self.robots.ttl
+
     def close(self) -> None:
+        """Close the HTTP session's pooled connections."""
         self.session.close()
 
     # ------------------------------------------------------------------ public
@@ -203,7 +158,7 @@ class Fetcher:
         ``kw`` goes to ``requests.Session.request`` (headers are merged over the browser-like defaults).
         """
         domain = _domain_of(url)
-        if self.obey_robots and not self._robots_allowed(url, domain):
+        if self.obey_robots and not self.robots.allowed(url, domain):
             raise RobotsDisallowed(f"robots.txt disallows {mask_url(url)}", url=url)
         return self._fetch(url, domain, method, kw, robots=False)
 
@@ -211,6 +166,11 @@ class Fetcher:
     def _fetch(
         self, url: str, domain: str, method: str, kw: Mapping[str, Any], robots: bool
     ) -> requests.Response:
+        """Try up to ``max_rotations`` proxies (``direct_tries`` without a pool), never one twice.
+
+        ``robots=True`` (fetching robots.txt) returns a block or a gone page as an answer instead of
+        rotating or raising: for robots.txt they mean "forbidden" and "no rules", not a failure.
+        """
         deadline = time.monotonic() + self.max_wait
         used: list[str] = []
         outcomes: list[str] = []
@@ -249,13 +209,12 @@ class Fetcher:
             outcomes.append(outcome)
             last_status = status
             via = lease.proxy_id if lease else "direct"
-            if outcome == "ok" or (robots and outcome in ("blocked", "permanent") and status != 429):
-                response.fetch_info = FetchInfo(
-                    lease.proxy_id if lease else None,
-                    rotation + 1,  # type: ignore[union-attr]
-                    tuple(outcomes),
+            answered = outcome == "ok" or (robots and outcome in ("blocked", "permanent") and status != 429)
+            if response is not None and answered:
+                response.fetch_info = FetchInfo(  # type: ignore[attr-defined]
+                    lease.proxy_id if lease else None, rotation + 1, tuple(outcomes)
                 )
-                return response  # type: ignore[return-value]
+                return response
             if outcome == "permanent":
                 raise PermanentFetchError(
                     f"{mask_url(url)} answered {status}: gone, not retrying", url=url, status=status
@@ -276,9 +235,10 @@ class Fetcher:
     def _send(
         self, method: str, url: str, lease: ProxyLease | None, kw: Mapping[str, Any]
     ) -> requests.Response:
+        """One request, through ``lease`` (or direct), with browser headers and a timeout inside the lease."""
         options = dict(kw)
         options.pop("stream", None)  # the body is read before the proxy goes back (latency, captcha check)
-        headers = self._headers()
+        headers = browser_headers(self.user_agents)
         headers.update(options.pop("headers", None) or {})
         timeout = options.pop("timeout", self.timeout)
         if lease is not None:
@@ -293,16 +253,6 @@ class Fetcher:
         else:
             options["proxies"] = {}
         return self.session.request(method, url, headers=headers, timeout=timeout, **options)
-
-    def _headers(self) -> dict[str, str]:
-        return {
-            "User-Agent": random.choice(self.user_agents),
-            "Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8",
-            "Accept-Language": "en-US,en;q=0.9,zh-CN;q=0.8,zh;q=0.7",
-            "Accept-Encoding": "gzip, deflate",
-            "Connection": "keep-alive",
-            "Upgrade-Insecure-Requests": "1",
-        }
 
     def _borrow(
         self, domain: str, used: list[str], deadline: float, url: str, outcomes: list[str]
@@ -349,6 +299,7 @@ class Fetcher:
         latency: float | None,
         retry_after: float,
     ) -> None:
+        """Return the lease with its outcome; a failed return is logged, never raised."""
         if lease is None or self.pool is None:
             return
         try:
@@ -368,6 +319,8 @@ class Fetcher:
         status: int | None,
         used: list[str],
     ) -> None:
+        """Sleep before the next rotation (exponential, jittered, at least Retry-After), or raise a
+        retryable FetchError when that would pass the wait budget."""
         delay = min(self.backoff_cap, self.backoff_base * 2 ** (rotation - 1)) * random.uniform(0.5, 1.5)
         delay = max(delay, retry_after)
         if delay > deadline - time.monotonic():
@@ -384,6 +337,7 @@ class Fetcher:
             self._sleep(delay)
 
     def _polite(self, domain: str) -> None:
+        """The configured random pause before a request to ``domain``."""
         spec = self.politeness
         if isinstance(spec, Mapping):
             spec = spec.get(domain, spec.get("*", (0.0, 0.0)))
@@ -392,41 +346,14 @@ class Fetcher:
             self._sleep(random.uniform(low, high))
 
     def _refresh_providers(self) -> None:
+        """Ask every provider for fresh proxies (the pool ran empty)."""
         for provider in self.providers:
             try:
                 provider.refresh()
             except Exception as exc:  # a provider outage must not fail the page: the pool may still serve
                 log.warning("proxy provider %r refresh failed: %s", provider, mask_url(str(exc)))
 
-    # ------------------------------------------------------------------ robots.txt
-    def _robots_allowed(self, url: str, domain: str) -> bool:
-        parts = urlsplit(url)
-        base = f"{parts.scheme}://{domain}"
-        now = time.monotonic()
-        with self._robots_lock:
-            cached = self._robots.get(base)
-        if cached is None or cached[0] < now:
-            parser = self._load_robots(
-                urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], "/robots.txt", "", "")), domain
-            )
-            cached = (now + self.robots_ttl, parser)
-            with self._robots_lock:
-                self._robots[base] = cached
-        return cached[1].can_fetch(self.robots_agent, url)
-
-    def _load_robots(self, robots_url: str, domain: str) -> robotparser.RobotFileParser:
-        """Fetch and parse robots.txt (through the pool, so it counts against the site's limits)."""
-        parser = robotparser.RobotFileParser(robots_url)
-        try:
-            response = self._fetch(robots_url, domain, "GET", {}, robots=True)
-        except PermanentFetchError:
-            parser.allow_all = True  # no robots.txt: everything allowed
-            return parser
-        if response.status_code in (401, 403):
-            parser.disallow_all = True
-        elif response.status_code >= 400:
-            parser.allow_all = True
-        else:
-            parser.parse(response.text.splitlines())
-        parser.modified()
-        return parser
+    def _fetch_robots(self, robots_url: str, domain: str) -> requests.Response:
+        """robots.txt goes through the rotation loop (and the pool), so it counts against the site's
+        limits; a block or a missing file is returned as an answer for the cache to read."""
+        return self._fetch(robots_url, domain, "GET", {}, robots=True)

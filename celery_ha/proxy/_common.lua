@@ -1,5 +1,19 @@
--- Shared prelude of every proxy-pool script (pulled in with --#include _common).
--- The clock comes from the shared include (integer ms keep every score exact when Lua formats it).
+--[[ Shared include: the prelude of every proxy-pool script (pulled in with --#include _common).
+  P below is the pool's key prefix (``cha:{ns}:px:``, ARGV[1] of every script); K is the list of score
+  constants parsed from the ARGV string built by celery_ha/proxy/scoring.py (SCORE_ARG), in the order
+  w_success w_latency w_lifetime decay prior_success prior_weight latency_ref latency_prior_weight.
+  Defines:
+    now_ms(), now_us_score()      the Redis clock (from --#include clock; integer ms keep every score
+                                  exact when Lua formats it)
+    numargs(text) -> {number}     a space-separated ARGV string as numbers
+    score_from(s, t, ln, ld, added, expires, now, K) -> score   the formula of scoring.py
+    score_of(P, pid, now, K) -> score   the same, from the proxy's stored hash
+    forget(P, pid)                drop every trace of one proxy (expiry, explicit removal)
+    housekeeping(P, now, limit) -> leases reaped   expire proxies, empty the in-use zone of dead leases
+    backoff(base, cap, n, jitter) -> ms   jittered exponential backoff
+    temp_ban(P, pid, now, base, cap, max_tbans, jitter, reason) -> 'tban' | 'pban'
+    make_available(P, pid, now, K) -> score   (re)join the available zone
+]]
 --#include clock
 
 local function numargs(text)
@@ -8,8 +22,7 @@ local function numargs(text)
   return out
 end
 
--- Score constants arrive as one ARGV string from celery_ha/proxy/scoring.py (the single source).
--- Order: w_success w_latency w_lifetime decay prior_success prior_weight latency_ref latency_prior_weight
+-- The score of scoring.py: success rate, latency score and remaining lifetime, weighted by K.
 local function score_from(s, t, ln, ld, added, expires, now, K)
   local sr = (s + K[6] * K[5]) / (t + K[6])
   local lat = (ln + K[8] * K[7]) / (ld + K[8])

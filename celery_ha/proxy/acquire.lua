@@ -1,15 +1,26 @@
+--[[ Borrow the best-scored proxy for one domain: not banned (globally or for this domain), not locked for
+  this domain, inside its rate window, and inside its group's concurrency cap (tunnels). One round trip.
+  The hit is reserved in the rate window at lease expiry (the latest moment the request may still go
+  out); release re-stamps it with the time the response came back. The target therefore never sees more
+  than n requests inside any window, however late a request leaves the worker.
+  KEYS[1] the available zone (routes the call; every other key shares its {ns} hash tag)
+  ARGV[1] the pool's key prefix
+  ARGV[2] the domain (normalized)
+  ARGV[3] the borrowing worker's name
+  ARGV[4] the lease token the lock will hold
+  ARGV[5] lock ttl (ms)
+  ARGV[6] rate: requests per window per proxy × domain (a stored domain override wins)
+  ARGV[7] rate window (ms)
+  ARGV[8] window margin (ms)
+  ARGV[9] proxy ids the caller must not get (space separated, may be empty)
+  ARGV[10] domain budget: requests per window across all proxies (0 = none)
+  ARGV[11] budget window (ms)
+  Reply: {'ok', pid, token, url, lease_expiry_ms, now_ms} on success, or
+    {'none', retry_after_ms, reason} with reason 'budget' (the domain's budget is spent), 'empty' (no
+    available proxy at all), 'excluded' (every available proxy was excluded by the caller) or 'busy'
+    (locked, rate-limited, cooling down, banned for the domain or group full)
+]]
 --#include _common
--- Borrow the best-scored proxy for one domain: not banned (globally or for this domain), not locked for
--- this domain, inside its rate window, and inside its group's concurrency cap (tunnels). One round trip.
---
--- KEYS[1] = available zone (routes the call; every other key shares its {ns} hash tag)
--- ARGV: 1 prefix, 2 domain, 3 worker, 4 token, 5 lock ttl ms, 6 rate n, 7 rate window ms,
---       8 window margin ms, 9 excluded proxy ids (space separated), 10 budget n (0 = none), 11 budget ms
--- Returns {'ok', pid, token, url, lease_expiry_ms, now_ms} or {'none', retry_after_ms, reason}.
---
--- The hit is reserved in the rate window at lease expiry (the latest moment the request may still go
--- out); release re-stamps it with the time the response came back. The target therefore never sees more
--- than n requests inside any window, however late a request leaves the worker.
 local P, domain, worker, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local lock_ttl, rn, rw, margin = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local bn, bw = tonumber(ARGV[10]), tonumber(ARGV[11])

@@ -1,12 +1,16 @@
+--[[ Add or update proxies in one atomic step (validated in Python beforehand).
+  A new proxy joins the available zone (or the 'new' zone when it must pass a health check first) with
+  the probation score. A known proxy keeps its statistics; its URL, source and expiry are refreshed. A
+  permanently banned proxy is never re-admitted by an add (only an explicit unban does that).
+  KEYS[1] the available zone
+  ARGV[1] the pool's key prefix
+  ARGV[2] JSON list of {id, url, masked, scheme, host, port, user, source, ttl_ms, group, verify}
+          (built by celery_ha/proxy/records.py: add_item)
+  ARGV[3] JSON object {group: concurrency cap} (may be empty)
+  ARGV[4] score constants (scoring.py SCORE_ARG)
+  Reply: {added, updated, skipped} where skipped counts permanently banned proxies left out
+]]
 --#include _common
--- Add or update proxies in one atomic step (validated in Python beforehand).
--- KEYS[1] = available zone
--- ARGV: 1 prefix, 2 JSON list of {id, url, masked, scheme, host, port, user, source, ttl_ms, group, verify},
---       3 JSON object {group: concurrency cap}, 4 score constants
--- A new proxy joins the available zone (or the 'new' zone when it must pass a health check first) with the
--- probation score. A known proxy keeps its statistics; its URL, source and expiry are refreshed. A
--- permanently banned proxy is never re-admitted by an add (only an explicit unban does that).
--- Returns {added, updated, skipped_banned}.
 local P = ARGV[1]
 local items = cjson.decode(ARGV[2])
 local caps = cjson.decode(ARGV[3])

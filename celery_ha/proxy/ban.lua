@@ -1,7 +1,12 @@
+--[[ Ban a proxy by hand (CLI `proxies ban`): for a while (temporary) or for good.
+  KEYS[1] the available zone
+  ARGV[1] the pool's key prefix
+  ARGV[2] the proxy id
+  ARGV[3] ban length (ms; 0 = permanent)
+  ARGV[4] the reason, shown by `proxies list`
+  Reply: 'tban' or 'pban' (the new state), or false (nil) when the proxy is unknown
+]]
 --#include _common
--- Ban a proxy by hand (CLI `proxies ban`): for `seconds` (temporary) or for good (seconds = 0).
--- KEYS[1] = available zone; ARGV: 1 prefix, 2 pid, 3 ms (0 = permanent), 4 reason
--- Returns the new state, or false when the proxy is unknown.
 local P, pid, ms, reason = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local mk = P .. 'm:' .. pid
 if redis.call('EXISTS', mk) == 0 then return false end

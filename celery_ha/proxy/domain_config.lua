@@ -1,7 +1,15 @@
+--[[ Set (or clear) the per-domain overrides every worker reads at acquire, stored as
+  "rate_n rate_ms budget_n budget_ms" (0 = use the worker's default). A new rate drops the domain's
+  cool-downs, which were computed with the old one.
+  KEYS[1] the available zone
+  ARGV[1] the pool's key prefix
+  ARGV[2] the domain (normalized)
+  ARGV[3] which override: 'rate' or 'budget'
+  ARGV[4] requests per window (0 clears this override)
+  ARGV[5] window (ms)
+  Reply: the stored string, or '' when no override is left for the domain
+]]
 --#include _common
--- Set (or clear) the per-domain overrides every worker reads at acquire: "rate_n rate_ms budget_n budget_ms"
--- (0 = use the worker's default). KEYS[1] = available zone; ARGV: 1 prefix, 2 domain, 3 field, 4 n, 5 ms
--- where field is 'rate' or 'budget' and n = 0 clears it. Returns the stored string.
 local P, domain, field, n, ms = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local key = P .. 'dcfg'
 local cur = numargs(redis.call('HGET', key, domain) or '0 0 0 0')

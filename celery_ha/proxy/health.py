@@ -33,6 +33,7 @@ class HealthReport:
     demoted: dict[str, str] = field(default_factory=dict)  # id -> new state (tban / pban)
 
     def to_dict(self) -> dict[str, object]:
+        """Plain fields for JSON output and a Celery task result."""
         return {"checked": self.checked, "restored": self.restored, "demoted": self.demoted}
 
 

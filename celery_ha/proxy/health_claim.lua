@@ -1,8 +1,14 @@
+--[[ Claim proxies due for a health check: temporary bans whose time is up, then new proxies on
+  probation. Each claimed proxy's due time moves the claim length ahead, so two checkers never probe
+  the same proxy.
+  KEYS[1] the available zone
+  ARGV[1] the pool's key prefix
+  ARGV[2] the most proxies to claim
+  ARGV[3] claim length (ms)
+  Reply: a flat list {pid, url, zone, source, ...}, four entries per claimed proxy (url with
+    credentials; zone 'tb' or 'new'); empty when none is due
+]]
 --#include _common
--- Claim proxies due for a health check: temporary bans whose time is up, and new proxies on probation.
--- Each claimed proxy's due time moves `claim_ms` ahead, so two checkers never probe the same proxy.
--- KEYS[1] = available zone; ARGV: 1 prefix, 2 limit, 3 claim ms
--- Returns a flat list {pid, url, zone, source, ...}.
 local P, limit, claim = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_ms()
 local out = {}

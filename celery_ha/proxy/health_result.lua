@@ -1,10 +1,18 @@
+--[[ Record one health-check result: a pass restores the proxy to the available zone; a failure bans it
+  again with a longer backoff (permanently after too many bans; at once for a free-list proxy on
+  probation).
+  KEYS[1] the available zone
+  ARGV[1] the pool's key prefix
+  ARGV[2] the proxy id
+  ARGV[3] '1' passed, '0' failed
+  ARGV[4] the probe's latency (ms)
+  ARGV[5] jitter in [0, 1) for the ban backoff
+  ARGV[6] "ban_base_ms ban_cap_ms max_temp_bans"
+  ARGV[7] score constants (scoring.py SCORE_ARG)
+  Reply: the new state 'avail', 'tban' or 'pban', or 'skip' when the proxy left the checked zones
+    meanwhile (unbanned, removed)
+]]
 --#include _common
--- Record one health-check result: a pass restores the proxy to the available zone; a failure bans it again
--- with a longer backoff (permanently after too many bans; at once for a free-list proxy on probation).
--- KEYS[1] = available zone
--- ARGV: 1 prefix, 2 pid, 3 ok (1/0), 4 latency ms, 5 jitter, 6 "ban_base_ms ban_cap_ms max_temp_bans",
---       7 score constants
--- Returns the new state, or 'skip' when the proxy left the checked zones meanwhile (unbanned, removed).
 local P, pid, ok, latency, jitter = ARGV[1], ARGV[2], ARGV[3] == '1', tonumber(ARGV[4]), tonumber(ARGV[5])
 local cfg = numargs(ARGV[6])
 local K = numargs(ARGV[7])

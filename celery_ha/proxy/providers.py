@@ -45,6 +45,7 @@ class StaticProvider:
         return f"StaticProvider({len(self.urls)} proxies, source={self.source!r})"
 
     def install(self, pool: ProxyPool) -> dict[str, int]:
+        """Add every URL in one script (all validated first); returns the pool's add counts."""
         return pool.add_many(self.urls, source=self.source)
 
     @classmethod
@@ -53,7 +54,8 @@ class StaticProvider:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
         return cls([ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")], source)
 
-    def refresh(self) -> int:  # nothing to refresh; present so every provider can be passed to a Fetcher
+    def refresh(self) -> int:
+        """Nothing to refresh; present so every provider can be passed to a Fetcher."""
         return 0
 
 
@@ -80,6 +82,7 @@ class TunnelProvider:
         return f"TunnelProvider(name={self.name!r}, url={mask_url(self.url)!r}, sessions={self.sessions})"
 
     def specs(self) -> list[ProxySpec]:
+        """One validated spec per sticky session (or the one endpoint without a placeholder)."""
         if "{session}" not in self.url:
             return [parse_proxy_url(self.url)]
         if not 1 <= self.sessions <= 10000:
@@ -91,6 +94,7 @@ class TunnelProvider:
         return [parse_proxy_url(self.url.replace("{session}", tag), session=tag) for tag in tags]
 
     def install(self, pool: ProxyPool) -> dict[str, int]:
+        """Add the sessions as one group whose cap every worker shares; returns the add counts."""
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", self.name) or self.concurrency < 1:
             raise InvalidInput("tunnel name must be 1-32 letters/digits/_/- and concurrency >= 1")
         return pool.add_specs(
@@ -98,6 +102,7 @@ class TunnelProvider:
         )
 
     def refresh(self) -> int:
+        """Nothing to refresh: the provider rotates the exit IPs behind the endpoint itself."""
         return 0
 
 
@@ -130,18 +135,13 @@ class ApiProvider:
     def __repr__(self) -> str:
         return f"ApiProvider(name={self.name!r}, url={_safe_url(self.url)!r})"
 
-    @property
-    def _keys(self) -> tuple[str, str]:
-        base = self.pool.prefix + "api:" + self.name
-        return base + ":fresh", base + ":lock"
-
     def refresh(self, force: bool = False) -> int:
         """Fetch the API unless a fresh result is cached; returns the number of proxies added or updated.
 
         A short lock makes exactly one worker call the API at a time; the others return 0 at once (the
         pool still holds the previous batch).
         """
-        fresh, lock = self._keys
+        fresh, lock = self.pool.keys.api_fresh(self.name), self.pool.keys.api_lock(self.name)
         client = self.pool.client
         if not force and client.exists(fresh):
             return 0
@@ -272,6 +272,7 @@ class FreeListProvider:
         return f"FreeListProvider({shown!r}, min_alive={self.min_alive})"
 
     def entries(self) -> list[tuple[str, float]]:
+        """Every listed (address, survival seconds), unvalidated; unreadable survival times raise."""
         if self.source.startswith(("http://", "https://")):
             response = requests.get(self.source, timeout=self.timeout)
             response.raise_for_status()
@@ -301,6 +302,7 @@ class FreeListProvider:
         return result
 
     def refresh(self) -> int:
+        """Nothing to refresh: install reads the list once; health checks decide which entries stay."""
         return 0
 
 

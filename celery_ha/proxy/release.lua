@@ -1,16 +1,25 @@
+--[[ Return a borrowed proxy with the outcome of its request, in one round trip: free the lock (only with
+  its token), re-stamp the rate-window hit with the time the response came back, and fold the outcome
+  into the proxy's statistics, score and ban state.
+  KEYS[1] the available zone
+  ARGV[1] the pool's key prefix
+  ARGV[2] the proxy id
+  ARGV[3] the domain
+  ARGV[4] the lease token
+  ARGV[5] outcome: ok | permanent | blocked | server | transport | aborted | unused
+  ARGV[6] latency (ms; -1 = unknown)
+  ARGV[7] HTTP status (0 = none)
+  ARGV[8] Retry-After (ms; 0 = none): a block bans the domain at least this long
+  ARGV[9] jitter in [0, 1) for the ban backoffs
+  ARGV[10] "max_fails ban_base_ms ban_cap_ms max_temp_bans block_base_ms block_cap_ms"
+  ARGV[11] score constants (scoring.py SCORE_ARG)
+  Reply: {status, state, score}
+    status 'ok' (the lease was current), 'late' (the lock expired but the lease was still recorded:
+      outcome folded) or 'stale' (already released or reaped: nothing folded; state and score '')
+    state the proxy's state after the fold ('gone' when it was removed meanwhile)
+    score the new score as a string; '' for an unused lease, a gone proxy, or one this release banned
+]]
 --#include _common
--- Return a borrowed proxy with the outcome of its request, in one round trip: free the lock (only with
--- its token), re-stamp the rate-window hit with the time the response came back, and fold the outcome
--- into the proxy's statistics, score and ban state.
---
--- KEYS[1] = available zone
--- ARGV: 1 prefix, 2 pid, 3 domain, 4 token,
---       5 outcome (ok|permanent|blocked|server|transport|aborted|unused),
---       6 latency ms (-1 = unknown), 7 HTTP status (0 = none), 8 Retry-After ms (0 = none), 9 jitter [0,1),
---       10 "max_fails ban_base_ms ban_cap_ms max_temp_bans block_base_ms block_cap_ms",
---       11 score constants (see scoring.py)
--- Returns {status, state, score}: status 'ok' (lease was current), 'late' (lock expired but the lease was
--- still recorded, outcome folded), 'stale' (already released or reaped: nothing folded).
 local P, pid, domain, token, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local latency, status, retry_ms, jitter = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local cfg = numargs(ARGV[10])

@@ -1,5 +1,10 @@
+--[[ Forget a proxy entirely: every zone, its hash, its group and expiry entries.
+  KEYS[1] the available zone
+  ARGV[1] the pool's key prefix
+  ARGV[2] the proxy id
+  Reply: 1 removed, 0 unknown proxy
+]]
 --#include _common
--- Forget a proxy entirely. KEYS[1] = available zone; ARGV: 1 prefix, 2 pid. Returns 1 if it existed.
 local P, pid = ARGV[1], ARGV[2]
 if redis.call('SISMEMBER', P .. 'all', pid) == 0 and redis.call('EXISTS', P .. 'm:' .. pid) == 0 then
   return 0

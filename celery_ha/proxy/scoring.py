@@ -10,7 +10,8 @@
 * **Remaining lifetime** is the fraction of the proxy's lease with its provider still left (1.0 for
   proxies without an expiry, such as a static list).
 
-The Lua copy reads these constants from :data:`LUA_CONSTANTS` (passed in ARGV), so there is one source.
+The Lua copy reads these constants from :data:`LUA_CONSTANTS` (passed in ARGV as :data:`SCORE_ARG`), so
+there is one source.
 """
 
 from __future__ import annotations
@@ -68,3 +69,6 @@ LUA_CONSTANTS = (
     LATENCY_REF,
     LATENCY_PRIOR_WEIGHT,
 )
+
+#: :data:`LUA_CONSTANTS` as the one ARGV string every scoring script reads (order as listed above).
+SCORE_ARG = " ".join(repr(float(c)) for c in LUA_CONSTANTS)

@@ -1,7 +1,12 @@
+--[[ Lift every ban of a proxy by hand (CLI `proxies unban`): it rejoins the available zone with clean
+  failure counters (its success history and score are kept).
+  KEYS[1] the available zone
+  ARGV[1] the pool's key prefix
+  ARGV[2] the proxy id
+  ARGV[3] score constants (scoring.py SCORE_ARG)
+  Reply: the proxy's score as a string, or false (nil) when the proxy is unknown
+]]
 --#include _common
--- Lift every ban of a proxy by hand (CLI `proxies unban`): it rejoins the available zone with clean
--- failure counters (its success history and score are kept).
--- KEYS[1] = available zone; ARGV: 1 prefix, 2 pid, 3 score constants. Returns the score or false.
 local P, pid = ARGV[1], ARGV[2]
 local mk = P .. 'm:' .. pid
 if redis.call('EXISTS', mk) == 0 then return false end

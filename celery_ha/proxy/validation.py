@@ -1,15 +1,16 @@
-"""Parse and validate what callers hand the proxy pool: proxy URLs, domains and rates.
+"""Parse and validate what callers hand the proxy pool: proxy URLs and domains.
 
 Everything is checked in Python before any script runs, so bad input raises :class:`InvalidInput` and
 writes nothing. Error messages carry masked URLs only: a typo in a proxy URL must not leak its password
-into a log or a CLI error line.
+into a log or a CLI error line. Rates are parsed by :func:`celery_ha.base.validation.parse_rate`, the
+rule every layer shares.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from celery_ha.base.errors import InvalidInput
 from celery_ha.redisio.urls import mask_url
@@ -20,7 +21,6 @@ _HOST_RE = re.compile(
 )
 _IPV4_RE = re.compile(r"^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$")
 _SESSION_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_RATE_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d+(?:\.\d+)?)\s*$")
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class ProxySpec:
 
     @property
     def url(self) -> str:
+        """The URL workers connect through, credentials percent-encoded (never log it: see ``masked``)."""
         auth = ""
         if self.username or self.password:
             auth = (
@@ -53,6 +54,7 @@ class ProxySpec:
 
     @property
     def masked(self) -> str:
+        """The URL with its password replaced by ``***``: the only form shown or stored for display."""
         return mask_url(self.url)
 
     def __repr__(self) -> str:
@@ -60,8 +62,7 @@ class ProxySpec:
 
 
 def _quote(text: str) -> str:
-    from urllib.parse import quote
-
+    """Percent-encode a user name or password for the userinfo part of a URL."""
     return quote(text, safe="-._~")
 
 
@@ -131,24 +132,3 @@ def normalize_domain(domain: str) -> str:
     if not host or not valid_host(host):
         raise InvalidInput(f"bad domain {mask_url(domain)!r}: expected a host name such as example.com")
     return f"{host}:{port}" if port else host
-
-
-def parse_rate(rate: object, what: str = "rate") -> tuple[int, float]:
-    """``"5/60"`` or ``(5, 60)`` -> (requests, seconds); both must be positive."""
-    if isinstance(rate, str):
-        m = _RATE_RE.match(rate)
-        if not m:
-            raise InvalidInput(f"bad {what} {rate!r}: expected 'N/SECONDS' such as '5/60'")
-        n, w = int(m.group(1)), float(m.group(2))
-    elif isinstance(rate, (tuple, list)) and len(rate) == 2:
-        try:
-            n, w = int(rate[0]), float(rate[1])
-        except (TypeError, ValueError):
-            raise InvalidInput(f"bad {what} {rate!r}: expected (requests, seconds)") from None
-        if n != rate[0]:
-            raise InvalidInput(f"bad {what} {rate!r}: requests must be an integer")
-    else:
-        raise InvalidInput(f"bad {what} {rate!r}: expected 'N/SECONDS' or (N, SECONDS)")
-    if n < 1 or not (0 < w <= 86400 * 7):
-        raise InvalidInput(f"bad {what} {rate!r}: need at least 1 request per 0-604800 seconds")
-    return n, w

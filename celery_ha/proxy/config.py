@@ -1,0 +1,82 @@
+"""The pool's knobs (rates, lease length, ban backoff), validated once and encoded for the scripts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery_ha.base.errors import InvalidInput
+from celery_ha.base.settings import Settings
+from celery_ha.base.validation import parse_rate
+from celery_ha.proxy.validation import normalize_domain
+
+
+@dataclass
+class PoolConfig:
+    """Knobs of the pool. Times are seconds. Defaults follow the seed article (5 requests / 60 s).
+
+    These are each worker's defaults; per-domain overrides stored in Redis (``set_domain_rate``,
+    ``set_domain_budget``) win over them for every worker at once.
+    """
+
+    rate: tuple[int, float] = (5, 60.0)  # per proxy × domain; CELERY_HA_PROXY_RATE
+    domain_rates: dict[str, tuple[int, float]] = field(default_factory=dict)  # CELERY_HA_PROXY_DOMAIN_RATES
+    domain_budgets: dict[str, tuple[int, float]] = field(default_factory=dict)  # across all proxies
+    lock_ttl: float = 30.0  # lease of one borrowed proxy × domain (SET NX PX)
+    window_margin: float = 0.0  # extra seconds added to every window (clock/latency slack)
+    max_fails: int = 3  # consecutive transport failures before a temporary ban
+    ban_base: float = 60.0  # first temporary ban; doubles per ban, jittered ±25 %
+    ban_cap: float = 3600.0
+    max_temp_bans: int = 5  # the next ban after this many is permanent
+    block_ban_base: float = 60.0  # per-domain cool-down after a block (401/403/429/captcha)
+    block_ban_cap: float = 3600.0
+
+    def __post_init__(self) -> None:
+        self.rate = parse_rate(self.rate, "proxy rate")
+        self.domain_rates = {
+            normalize_domain(d): parse_rate(r, f"rate for {d}") for d, r in dict(self.domain_rates).items()
+        }
+        self.domain_budgets = {
+            normalize_domain(d): parse_rate(r, f"budget for {d}")
+            for d, r in dict(self.domain_budgets).items()
+        }
+        for name in ("lock_ttl", "ban_base", "ban_cap", "block_ban_base", "block_ban_cap"):
+            if not float(getattr(self, name)) > 0:
+                raise InvalidInput(f"{name} must be > 0")
+        if self.window_margin < 0 or self.max_fails < 1 or self.max_temp_bans < 0:
+            raise InvalidInput("window_margin must be >= 0, max_fails >= 1, max_temp_bans >= 0")
+        # Built once: release is the hot path and sends this with every call.
+        self._release_arg = " ".join(
+            str(int(v))
+            for v in (
+                self.max_fails,
+                self.ban_base * 1000,
+                self.ban_cap * 1000,
+                self.max_temp_bans,
+                self.block_ban_base * 1000,
+                self.block_ban_cap * 1000,
+            )
+        )
+
+    @property
+    def release_arg(self) -> str:
+        """ARGV[10] of ``release.lua``: ``"max_fails ban_base_ms ban_cap_ms max_temp_bans block_base_ms
+        block_cap_ms"``, as validated at construction."""
+        return self._release_arg
+
+    @property
+    def health_ban_arg(self) -> str:
+        """ARGV[6] of ``health_result.lua``: ``"ban_base_ms ban_cap_ms max_temp_bans"``."""
+        return f"{int(self.ban_base * 1000)} {int(self.ban_cap * 1000)} {self.max_temp_bans}"
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> PoolConfig:
+        """Defaults from the settings: ``CELERY_HA_PROXY_RATE`` and ``CELERY_HA_PROXY_DOMAIN_RATES``
+        (``"example.com=2/10,shop.example=10/60"``)."""
+        settings = Settings.from_env()
+        values: dict[str, Any] = {
+            "rate": settings.proxy_rate,
+            "domain_rates": dict(settings.proxy_domain_rates),
+        }
+        values.update(overrides)
+        return cls(**values)

@@ -38,6 +38,7 @@ __all__ = [
     "TaskQueue",
     "app",
     "durable_task",
+    "pump_now",
 ]
 
 _LAZY = {
@@ -46,6 +47,7 @@ _LAZY = {
     "DurableContext": ("celery_ha.integration", "DurableContext"),
     "PermanentError": ("celery_ha.integration", "PermanentError"),
     "app": ("celery_ha.celery_app", "app"),
+    "pump_now": ("celery_ha.celery_app", "pump_now"),
     "celery": ("celery_ha.celery_app", "app"),
 }
 

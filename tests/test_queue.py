@@ -10,7 +10,8 @@ import redis
 
 from celery_ha import InvalidInput, LeaseLost, PayloadTooLarge, TaskNotFound, TaskQueue
 from celery_ha.redisio.client import redis_client
-from celery_ha.state import task_id_for
+from celery_ha.state import Refusal, TaskState, task_id_for
+from celery_ha.state.replies import REASONS
 
 from .invariants import check_invariants
 from .polling import wait_until
@@ -477,3 +478,74 @@ def test_stats_shape(q: TaskQueue) -> None:
     s = q.stats()
     for key in ("queued", "dispatched", "running", "delayed", "completed", "dead"):
         assert s[key] == 0
+
+
+# ---------------------------------------------------------------- refusal codes
+def test_each_refusal_reaches_the_caller_with_its_reason(q: TaskQueue, r: redis.Redis) -> None:
+    """A refused write under a lease raises LeaseLost naming why; claims and releases stay None."""
+    ids = q.enqueue_many([f"https://example.com/{i}" for i in range(4)])
+    gone = q.claim(ids[0], "w1", ttl=0.05)
+    wait_until(lambda: q.reclaim_expired(), timeout=10)
+
+    def lost(action, code: int) -> None:
+        with pytest.raises(LeaseLost) as caught:
+            action()
+        assert str(caught.value).endswith(REASONS[code]), str(caught.value)
+
+    lost(lambda: q.renew(gone), Refusal.WAITING)  # reclaimed, not claimed again yet
+    owner = q.claim(ids[0], "w2")
+    for action in (lambda: q.renew(gone), lambda: q.save_checkpoint(gone, {"p": 1}),
+                   lambda: q.commit(gone, [("k", {"v": 1})]), lambda: q.complete(gone),
+                   lambda: q.complete_and_claim(gone), lambda: q.fail(gone, "late")):
+        lost(action, Refusal.STALE_TOKEN)
+    assert f"lease on task {ids[0]} (token {gone.token}) is lost" in _lease_lost_text(lambda: q.renew(gone))
+    assert q.claim(ids[0], "w3") is None  # running
+    assert q.release(ids[0], worker="w1") is None  # another worker holds it
+    q.complete(owner)
+    lost(lambda: q.complete(owner), Refusal.COMPLETED)
+    assert q.claim(ids[0], "w3") is None and q.release(ids[0]) is None
+
+    retry = q.claim(ids[1], "w")
+    q.fail(retry, "transient")
+    lost(lambda: q.renew(retry), Refusal.DELAYED)
+    assert q.claim(ids[1], "w") is None
+    dead = q.claim(ids[2], "w")
+    q.fail(dead, "HTTP 404", retry=False)
+    lost(lambda: q.commit(dead, []), Refusal.DEAD)
+    assert q.claim(ids[2], "w") is None and q.redrive(ids[3]) == 0  # ids[3] is queued, not dead
+
+    r.hdel(q.keys.tasks, ids[2])  # as if its history had been trimmed
+    lost(lambda: q.save_checkpoint(dead, {"p": 2}), Refusal.UNKNOWN)
+    with pytest.raises(TaskNotFound, match="no task 'nope' in namespace 'default'"):
+        q.redrive("nope")
+
+
+def _lease_lost_text(action) -> str:
+    with pytest.raises(LeaseLost) as caught:
+        action()
+    return str(caught.value)
+
+
+def test_scripts_answer_refusal_codes(q: TaskQueue) -> None:
+    """The raw replies: every refusal is its code, never false or a bare {0}."""
+    running, delayed, dead, queued = q.enqueue_many([f"https://example.com/{i}" for i in range(4)])
+    lease = q.claim(running, "w")
+    q.fail(q.claim(delayed, "w"), "transient")
+    q.fail(q.claim(dead, "w"), "gone", retry=False)
+    for tid, code in ((running, Refusal.RUNNING), (delayed, Refusal.DELAYED), (dead, Refusal.DEAD),
+                      ("nope", Refusal.UNKNOWN)):
+        assert q._run("claim", tid, "w", 1000) == code
+    stale = str(lease.token + 1)
+    assert q._run("renew", running, stale, 1000) == Refusal.STALE_TOKEN
+    assert q._run("renew", queued, "1", 1000) == Refusal.WAITING
+    assert q._run("checkpoint", running, stale, "{}") == Refusal.STALE_TOKEN
+    assert q._run("complete", delayed, "1", 10, 1000) == Refusal.DELAYED
+    assert q._run("complete_next", dead, "1", 10, 1000, "w", 1000, 100) == Refusal.DEAD
+    assert q._run("fail", "nope", "1", "x", "1", 10, 10) == Refusal.UNKNOWN
+    assert q._run("release", running, "", "other", "1", "r") == Refusal.OTHER_WORKER
+    assert q._run("release", running, stale, "", "1", "r") == Refusal.STALE_TOKEN
+    assert q._run("redrive", queued, 1) == Refusal.WAITING
+    assert q._run("redrive", "nope", 1) == Refusal.UNKNOWN
+    q.claim(queued, "w")
+    assert q._run("claim_next", "w", 1000, 100) == Refusal.EMPTY
+    assert q.get(running).state == TaskState.RUNNING == "running"

@@ -1,13 +1,29 @@
--- Shared prelude of every task-queue script (pulled in with --#include _common).
--- KEYS layout, identical for every queue script (celery_ha/queue/taskqueue.py builds it):
---   1 tasks  2 readyp  3 delayed  4 inflight  5 running  6 dead  7 completed  8 seen
---   9 ckpt  10 stats  11 wake
--- ARGV[1] is the namespace prefix, used for the per-priority ready lists (same hash tag).
--- A record is "<state JSON>\n<payload JSON>": Lua decodes only the small state part; the payload
--- (url, meta) stays an opaque string, so user JSON is never re-encoded by cjson. Every value in the
--- state part is a JSON string, integers included ({"k":"3"}): cjson formats and parses numbers through
--- printf/strtod, which made encoding a record 2.4x slower than with strings.
+--[[ Shared prelude of every task-state script (pulled in with --#include _common).
+  KEYS layout, identical for every script but heartbeat (celery_ha/state/taskqueue.py builds it):
+    KEYS[1]  tasks     hash: id -> record
+    KEYS[2]  readyp    zset: priority bands that may hold queued ids (score = -priority)
+    KEYS[3]  delayed   zset: failed tasks waiting for their retry (score = due ms)
+    KEYS[4]  inflight  zset: dispatched tasks (score = dispatch ms)
+    KEYS[5]  running   zset: leased tasks (score = lease expiry ms)
+    KEYS[6]  dead      zset: dead tasks (score = time of death, us)
+    KEYS[7]  completed zset: bounded history of completed tasks (score = completion ms)
+    KEYS[8]  seen      set: dedup ids of finished tasks
+    KEYS[9]  ckpt      hash: id -> checkpoint JSON
+    KEYS[10] stats     hash: counters
+    KEYS[11] wake      list: wake-up tokens for blocked claim_next callers
+  ARGV[1] is the namespace prefix, from which the per-priority ready lists are named (same hash tag).
+  A record is "<state JSON>\n<payload JSON>": Lua decodes only the small state part; the payload (url,
+  meta) stays an opaque string, so user JSON is never re-encoded by cjson. Every value in the state
+  part is a JSON string, integers included ({"k":"3"}): cjson formats and parses numbers through
+  printf/strtod, which makes encoding a record 2.4x slower than with strings.
+  One-letter states (st.s): q queued, d dispatched, r running, w delayed, c completed, x dead.
+  Defines: the K_* keys and PREFIX; fmt, decode, load, encode, save (records); ready_key, push_ready,
+  pop_ready, unready, band_batch, band_add, band_flush (ready lists); incr, wake, promote_due, to_dead,
+  stall, fenced, grant, claim_best, trim_history, complete_task (transitions); and, from the includes
+  below, now_ms and now_us_score (clock) and the R_* refusal codes and refusal_in (_replies).
+]]
 --#include clock
+--#include _replies
 
 local K_TASKS, K_READYP, K_DELAYED, K_INFLIGHT = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_RUNNING, K_DEAD, K_COMPLETED, K_SEEN = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -168,25 +184,28 @@ local function stall(id, st, now, reason, batch)
   return st.s
 end
 
--- The fencing check: the caller's token (a decimal string) must be the task's current one, and the
--- task running.
+-- The fencing check: the task must be running and the caller's token (a decimal string) its current
+-- one. Returns (state, payload), or (nil, nil, refusal code) saying why the caller holds no lease.
 local function fenced(id, token)
   local st, payload = load(id)
-  if not st or st.s ~= 'r' or st.k ~= token then return nil, nil end
+  if not st then return nil, nil, R_UNKNOWN end
+  if st.s ~= 'r' then return nil, nil, refusal_in(st.s) end
+  if st.k ~= token then return nil, nil, R_STALE_TOKEN end
   return st, payload
 end
 
 -- Grant a lease on a task that is queued, dispatched, or already popped from its band (popped=true).
--- Returns the reply Python turns into a Lease: {id, token, expiry_ms, record, checkpoint|false}.
+-- Returns the reply Python turns into a Lease: {id, token, expiry_ms, record, checkpoint|false}, or
+-- the refusal code of the task's state when that state allows no claim.
 local function grant(id, st, payload, worker, ttl, now, popped)
   if popped then
-    if st.s ~= 'q' then return nil end
+    if st.s ~= 'q' then return refusal_in(st.s) end
   elseif st.s == 'q' then
     unready(id, st)
   elseif st.s == 'd' then
     redis.call('ZREM', K_INFLIGHT, id)
   else
-    return nil
+    return refusal_in(st.s)
   end
   st.s = 'r'
   st.k = tostring((tonumber(st.k) or 0) + 1)
@@ -199,19 +218,20 @@ local function grant(id, st, payload, worker, ttl, now, popped)
   return {id, st.k, expiry, rec, redis.call('HGET', K_CKPT, id)}
 end
 
--- Standalone claim: promote due retries, then lease the best queued task (or return nil).
+-- Standalone claim: promote due retries, then lease the best queued task. Returns the lease reply,
+-- or R_EMPTY when the ready lists are empty (or their first 16 ids were all stale: popped, not leased).
 local function claim_best(worker, ttl, promote_limit, now)
   promote_due(now, promote_limit)
   for _ = 1, 16 do
     local id = pop_ready()
-    if not id then return nil end
+    if not id then return R_EMPTY end
     local st, payload = load(id)
     if st then
       local reply = grant(id, st, payload, worker, ttl, now, true)
-      if reply then return reply end
+      if type(reply) == 'table' then return reply end
     end
   end
-  return nil
+  return R_EMPTY
 end
 
 -- Drop completed records beyond history_max or older than history_age_ms, at most 64 of each.
@@ -230,12 +250,13 @@ local function trim_history(hmax, hage, now)
   end
 end
 
--- Complete a task under its lease; false if the lease is not current. The completed history is
--- bounded: every `period`-th completion (period = history_max / 64, between 1 and 16) trims it, so
--- it holds at most history_max + period records; dedup remembers finished ids in the lean `seen` set.
+-- Complete a task under its lease. Returns true, or the refusal code of fenced() (nothing written).
+-- The completed history is bounded: every `period`-th completion (period = history_max / 64, between
+-- 1 and 16) trims it, so it holds at most history_max + period records; dedup remembers finished ids
+-- in the lean `seen` set.
 local function complete_task(id, token, hmax, hage, now)
-  local st, payload = fenced(id, token)
-  if not st then return false end
+  local st, payload, refusal = fenced(id, token)
+  if refusal then return refusal end
   redis.call('ZREM', K_RUNNING, id)
   redis.call('HDEL', K_CKPT, id)
   st.s = 'c'

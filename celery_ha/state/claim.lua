@@ -1,8 +1,19 @@
+--[[ Claim one named task: a Celery message carried its id.
+  KEYS[1]  tasks
+  KEYS[2]  readyp (a queued task leaves its band)
+  KEYS[4]  inflight (a dispatched task leaves it)
+  KEYS[5]  running
+  KEYS[9]  ckpt (read: the lease carries the checkpoint)
+  KEYS[10] stats
+  ARGV[1] namespace prefix
+  ARGV[2] task id
+  ARGV[3] worker
+  ARGV[4] lease ttl (ms)
+  Reply: {id, token, expiry_ms, record, checkpoint|false}, the lease; or a refusal when the task is
+    not queued or dispatched (the message is then dropped): R_UNKNOWN, R_RUNNING, R_DELAYED,
+    R_COMPLETED, R_DEAD
+]]
 --#include _common
--- Claim one named task (a Celery message carried its id). ARGV: prefix, id, worker, ttl_ms.
--- Reply: {id, token, expiry_ms, record, checkpoint|false}, or false when the task is not claimable
--- (unknown, already running, waiting for a retry, completed or dead): the message is then dropped.
 local st, payload = load(ARGV[2])
-if not st then return false end
-local r = grant(ARGV[2], st, payload, ARGV[3], tonumber(ARGV[4]), now_ms(), false)
-return r or false
+if not st then return R_UNKNOWN end
+return grant(ARGV[2], st, payload, ARGV[3], tonumber(ARGV[4]), now_ms(), false)

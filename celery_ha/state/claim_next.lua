@@ -1,4 +1,17 @@
+--[[ Standalone mode: claim the best queued task (highest priority, then FIFO). Due retries are
+  promoted first, so a lone worker needs no beat.
+  KEYS[1]  tasks
+  KEYS[2]  readyp
+  KEYS[3]  delayed (due retries are promoted)
+  KEYS[4]  inflight (in grant(), which leaves it alone for a task popped from its band)
+  KEYS[5]  running
+  KEYS[9]  ckpt (read: the lease carries the checkpoint)
+  KEYS[10] stats
+  ARGV[1] namespace prefix
+  ARGV[2] worker
+  ARGV[3] lease ttl (ms)
+  ARGV[4] promote limit (due retries moved per call)
+  Reply: {id, token, expiry_ms, record, checkpoint|false}, the lease; or R_EMPTY
+]]
 --#include _common
--- Standalone mode: claim the best queued task. ARGV: prefix, worker, ttl_ms, promote_limit.
--- Due retries are promoted first, so a lone worker needs no beat. Reply: a lease or false.
-return claim_best(ARGV[2], tonumber(ARGV[3]), ARGV[4], now_ms()) or false
+return claim_best(ARGV[2], tonumber(ARGV[3]), ARGV[4], now_ms())

@@ -1,9 +1,21 @@
+--[[ Commit emitted items (and optionally a checkpoint) under the lease, all or nothing. A key the
+  sink already holds is ignored, so a re-run after a crash never doubles an output.
+  KEYS[1]  tasks (the fencing check)
+  KEYS[9]  ckpt
+  KEYS[10] stats
+  KEYS[12] items (hash: item key -> item JSON)
+  KEYS[13] itemlog (list: item keys in commit order)
+  ARGV[1] namespace prefix
+  ARGV[2] task id
+  ARGV[3] fencing token
+  ARGV[4] checkpoint JSON, or '' to keep the checkpoint
+  ARGV[5..] item key, item JSON, item key, item JSON, ...
+  Reply: how many items were new (0 or more), or a refusal (nothing written): R_UNKNOWN, R_WAITING,
+    R_STALE_TOKEN, R_DELAYED, R_COMPLETED, R_DEAD
+]]
 --#include _common
--- Commit emitted items (and optionally a checkpoint) under the lease, all or nothing.
--- KEYS 12 items, 13 itemlog. ARGV: prefix, id, token, checkpoint JSON or '', then key, item pairs.
--- A key already held is ignored, so a re-run after a crash never doubles an output.
--- Reply: number of new items, or false (lease lost: nothing written).
-if not fenced(ARGV[2], ARGV[3]) then return false end
+local _, _, refusal = fenced(ARGV[2], ARGV[3])
+if refusal then return refusal end
 local added = 0
 for i = 5, #ARGV, 2 do
   if redis.call('HSETNX', KEYS[12], ARGV[i], ARGV[i + 1]) == 1 then

@@ -1,10 +1,30 @@
+--[[ Complete a task and claim the next queued one in the same step: one round trip per task for a
+  busy standalone worker.
+  KEYS[1]  tasks
+  KEYS[2]  readyp
+  KEYS[3]  delayed (due retries are promoted)
+  KEYS[4]  inflight (in grant(), which leaves it alone for a task popped from its band)
+  KEYS[5]  running
+  KEYS[7]  completed
+  KEYS[8]  seen (a dedup id is remembered)
+  KEYS[9]  ckpt
+  KEYS[10] stats
+  ARGV[1] namespace prefix
+  ARGV[2] task id
+  ARGV[3] fencing token
+  ARGV[4] history_max (completed records kept)
+  ARGV[5] history_age (ms a completed record is kept)
+  ARGV[6] worker (of the next lease)
+  ARGV[7] lease ttl (ms)
+  ARGV[8] promote limit (due retries moved per call)
+  Reply: {1} completed and the queue is empty; {1, lease} completed, and `lease` (as claim's reply)
+    is the next task's; or a refusal (nothing written, nothing claimed): R_UNKNOWN, R_WAITING,
+    R_STALE_TOKEN, R_DELAYED, R_COMPLETED, R_DEAD
+]]
 --#include _common
--- Complete a task and claim the next one in the same step: one round trip per task for a busy
--- standalone worker. ARGV: prefix, id, token, history_max, history_age_ms, worker, ttl_ms,
--- promote_limit. Reply: {0} (lease lost: nothing written), {1} (completed, queue empty) or
--- {1, lease} (completed, and `lease` is the next task's).
 local now = now_ms()
-if not complete_task(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), now) then return {0} end
+local done = complete_task(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), now)
+if done ~= true then return done end
 local nxt = claim_best(ARGV[6], tonumber(ARGV[7]), ARGV[8], now)
-if nxt then return {1, nxt} end
+if type(nxt) == 'table' then return {1, nxt} end
 return {1}

@@ -1,10 +1,19 @@
+--[[ The pump: keep at most `window` tasks dispatched (sent to the broker, not yet claimed).
+  1. promote due retries; 2. re-stamp dispatched tasks never claimed within redispatch_after_ms
+  (their message may be lost) and send them again; 3. move ready tasks to inflight up to the window.
+  KEYS[1]  tasks
+  KEYS[2]  readyp
+  KEYS[3]  delayed
+  KEYS[4]  inflight
+  KEYS[10] stats
+  ARGV[1] namespace prefix
+  ARGV[2] window (most tasks dispatched at once)
+  ARGV[3] redispatch_after (ms a dispatched task may wait for its claim before it is sent again)
+  ARGV[4] promote limit (due retries moved per call)
+  Reply: flat list of {id, task name, priority, resent (1 = sent before, its message may be lost)},
+    possibly empty; the caller sends one Celery message each
+]]
 --#include _common
--- The pump: keep at most `window` tasks dispatched (sent to the broker, not yet claimed).
--- ARGV: prefix, window, redispatch_after_ms, promote_limit.
--- 1. promote due retries; 2. re-stamp dispatched tasks never claimed within redispatch_after_ms
--- (their message was lost) and send them again; 3. move ready tasks to inflight up to the window.
--- Reply: flat list of {id, name, priority, resent (1 = sent before, its message may be lost)}; the
--- caller sends one Celery message each.
 local now = now_ms()
 promote_due(now, ARGV[4])
 local out = {}

@@ -1,10 +1,18 @@
+--[[ Enqueue a batch in one round trip. The state part of a record is the same for a whole run, so
+  it is encoded once per run; records and ready ids are written with one HSET / RPUSH per 1000 tasks
+  and each band is marked ready once.
+  KEYS[1]  tasks
+  KEYS[2]  readyp
+  KEYS[8]  seen (a finished dedup id counts as a duplicate)
+  KEYS[10] stats
+  KEYS[11] wake (one token per created task, for blocked claim_next callers)
+  ARGV[1] namespace prefix
+  ARGV[2..] runs of tasks sharing their common fields: count, priority, dedup (1/0), task name,
+    max_attempts, max_stalls, then count x (id, payload JSON)
+  Reply: one character per task, in order: '1' new, '0' duplicate of a live or finished task, '-' id
+    collision (a random id met an existing one: nothing written for it, the caller retries it)
+]]
 --#include _common
--- Enqueue a batch in one round trip. ARGV: prefix, then runs of tasks sharing their common fields:
---   count, priority, dedup (1/0), task name, max_attempts, max_stalls, then count x (id, payload JSON).
--- Reply: one character per task, in order: '1' new, '0' duplicate of a live or finished task,
--- '-' id collision (a random id met an existing one).
--- The state part of a record is the same for a whole run, so it is encoded once per run; records and
--- ready ids are written with one HSET / RPUSH per 1000 tasks and each band is marked ready once.
 local now = now_ms()
 
 -- Which ids exist already (a live record, or a finished dedup id in `seen`): one HMGET and one

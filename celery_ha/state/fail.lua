@@ -1,11 +1,25 @@
+--[[ Record a failed attempt under the lease. A retry waits in `delayed` for
+  base * 2^(failures-1) (capped), scaled by a jitter in [0.5, 1.5) so a burst of failures does not
+  return in lockstep; past max_attempts, or without retry, the task is dead.
+  KEYS[1]  tasks
+  KEYS[3]  delayed
+  KEYS[5]  running
+  KEYS[6]  dead
+  KEYS[10] stats
+  ARGV[1] namespace prefix
+  ARGV[2] task id
+  ARGV[3] fencing token
+  ARGV[4] error text
+  ARGV[5] retry (1/0)
+  ARGV[6] backoff base (ms)
+  ARGV[7] backoff cap (ms)
+  Reply: {'retry', due_ms} or {'dead'}; or a refusal (nothing written): R_UNKNOWN, R_WAITING,
+    R_STALE_TOKEN, R_DELAYED, R_COMPLETED, R_DEAD
+]]
 --#include _common
--- Record a failed attempt under the lease. ARGV: prefix, id, token, error, retry (1/0),
--- backoff_base_ms, backoff_cap_ms. Retries wait in `delayed` for base * 2^(failures-1) (capped),
--- scaled by a jitter in [0.5, 1.5) so a burst of failures does not return in lockstep.
--- Reply: {'retry', due_ms} | {'dead'} | false (lease lost).
 local id = ARGV[2]
-local st, payload = fenced(id, ARGV[3])
-if not st then return false end
+local st, payload, refusal = fenced(id, ARGV[3])
+if refusal then return refusal end
 local now = now_ms()
 redis.call('ZREM', K_RUNNING, id)
 local attempts = (tonumber(st.a) or 0) + 1

@@ -23,7 +23,7 @@ class QueueKeys:
         self.delayed = p + "delayed"  # zset: id, score = due time (ms, Redis clock)
         self.inflight = p + "inflight"  # zset: id, score = dispatch time (ms)
         self.running = p + "running"  # zset: id, score = lease expiry (ms)
-        self.dead = p + "dead"  # zset: id, score = time of death (ms)
+        self.dead = p + "dead"  # zset: id, score = time of death (µs, orders deaths within a ms)
         self.completed = p + "completed"  # zset: id, score = completion time (bounded history)
         self.seen = p + "seen"  # set: dedup ids of finished tasks whose record was trimmed or kept
         self.checkpoints = p + "ckpt"  # hash: id -> JSON checkpoint

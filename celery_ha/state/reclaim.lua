@@ -1,8 +1,17 @@
+--[[ Reclaim expired leases, oldest expiry first, at most `batch` per call (cost O(expired)).
+  Bulk commands per 1000 ids: the batch leaves `running` in one ZREM, its records are read with one
+  HMGET and written back with one HSET, and it re-enters the front of its bands in one LPUSH per band.
+  KEYS[1]  tasks
+  KEYS[2]  readyp
+  KEYS[5]  running
+  KEYS[6]  dead (a task past max_stalls)
+  KEYS[10] stats
+  KEYS[11] wake (one token per requeued task)
+  ARGV[1] namespace prefix
+  ARGV[2] batch (most leases reclaimed per call)
+  Reply: {requeued, dead, more (1 if expired leases remain)}
+]]
 --#include _common
--- Reclaim expired leases, oldest expiry first, at most `batch` per call (cost O(expired)).
--- ARGV: prefix, batch. Reply: {requeued, dead, more (1 if expired leases remain)}.
--- Bulk commands per 1000 ids: the batch leaves `running` in one ZREM, its records are read with one
--- HMGET and written back with one HSET, and it re-enters the front of its bands in one LPUSH per band.
 local now = now_ms()
 local batch = tonumber(ARGV[2])
 local ids = redis.call('ZRANGEBYSCORE', K_RUNNING, '-inf', fmt(now), 'LIMIT', '0', ARGV[2])

@@ -4,16 +4,36 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any, NamedTuple
 
+
+class TaskState(str, Enum):
+    """The public name of a task's state.
+
+    A ``str``: ``info.state == "queued"`` holds, and a state prints, formats and JSON-encodes as the
+    bare name, so callers that compare, log or export plain strings keep working.
+    """
+
+    QUEUED = "queued"  # in its priority band, waiting for the pump or a standalone claim
+    DISPATCHED = "dispatched"  # a broker message was sent for it, not yet claimed
+    RUNNING = "running"  # leased to a worker
+    DELAYED = "delayed"  # failed, waiting for its retry
+    COMPLETED = "completed"
+    DEAD = "dead"  # failed for good (attempts or stalls exhausted); redrive() revives it
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
 #: Internal one-letter state codes (kept short: they are stored once per task) -> public names.
-STATE_NAMES = {
-    "q": "queued",
-    "d": "dispatched",
-    "r": "running",
-    "w": "delayed",
-    "c": "completed",
-    "x": "dead",
+STATE_NAMES: dict[str, TaskState] = {
+    "q": TaskState.QUEUED,
+    "d": TaskState.DISPATCHED,
+    "r": TaskState.RUNNING,
+    "w": TaskState.DELAYED,
+    "c": TaskState.COMPLETED,
+    "x": TaskState.DEAD,
 }
 
 
@@ -24,7 +44,7 @@ class TaskInfo:
     id: str
     url: str
     task: str
-    state: str
+    state: str  # a TaskState (a str) for every known state code
     priority: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
     attempts: int = 0  # failed attempts so far

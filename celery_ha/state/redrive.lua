@@ -1,11 +1,25 @@
+--[[ Move dead tasks back to ready with failures and stalls reset: one named task, or up to `batch`
+  of the oldest dead tasks.
+  KEYS[1]  tasks
+  KEYS[2]  readyp
+  KEYS[6]  dead
+  KEYS[10] stats
+  KEYS[11] wake
+  ARGV[1] namespace prefix
+  ARGV[2] task id, or '' for the oldest dead tasks
+  ARGV[3] batch (most tasks moved without an id)
+  Reply: with an id: 1 moved; or a refusal: R_UNKNOWN (no record; a stray id is dropped from
+    `dead`), or the code of the task's state when it is not dead (R_WAITING, R_RUNNING, R_DELAYED,
+    R_COMPLETED; nothing written). Without an id: how many moved
+]]
 --#include _common
--- Move dead tasks back to ready with failures and stalls reset. ARGV: prefix, id or '', batch.
--- With an id: that task only (reply 1, or 0 if it is not dead). Without: up to `batch` of the
--- oldest dead tasks (reply: how many moved).
+-- Take `id` out of `dead` and, if its record is dead, queue it again: 1, or 0 when the record is in
+-- another state, or R_UNKNOWN when there is no record.
 local function revive(id)
   local st, payload = load(id)
   redis.call('ZREM', K_DEAD, id)
-  if not st or st.s ~= 'x' then return 0 end
+  if not st then return R_UNKNOWN end
+  if st.s ~= 'x' then return 0 end
   st.a = nil
   st.st = nil
   st.pe = st.e
@@ -17,10 +31,16 @@ local function revive(id)
 end
 local moved = 0
 if ARGV[2] ~= '' then
-  if redis.call('ZSCORE', K_DEAD, ARGV[2]) then moved = revive(ARGV[2]) end
+  if not redis.call('ZSCORE', K_DEAD, ARGV[2]) then
+    local st = load(ARGV[2])
+    if not st then return R_UNKNOWN end
+    return refusal_in(st.s)
+  end
+  moved = revive(ARGV[2])
+  if moved == R_UNKNOWN then return moved end
 else
   for _, id in ipairs(redis.call('ZRANGE', K_DEAD, 0, tonumber(ARGV[3]) - 1)) do
-    moved = moved + revive(id)
+    if revive(id) == 1 then moved = moved + 1 end
   end
 end
 incr('redriven', moved)

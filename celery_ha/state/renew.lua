@@ -1,7 +1,16 @@
+--[[ Extend a lease from now.
+  KEYS[1] tasks (the fencing check)
+  KEYS[5] running
+  ARGV[1] namespace prefix
+  ARGV[2] task id
+  ARGV[3] fencing token
+  ARGV[4] lease ttl (ms)
+  Reply: the new expiry (ms, as a string), or a refusal (nothing written): R_UNKNOWN, R_WAITING,
+    R_STALE_TOKEN, R_DELAYED, R_COMPLETED, R_DEAD
+]]
 --#include _common
--- Extend a lease. ARGV: prefix, id, token, ttl_ms. Reply: new expiry (ms) or false (lease lost).
-local st = fenced(ARGV[2], ARGV[3])
-if not st then return false end
+local _, _, refusal = fenced(ARGV[2], ARGV[3])
+if refusal then return refusal end
 local expiry = now_ms() + tonumber(ARGV[4])
 redis.call('ZADD', K_RUNNING, 'XX', fmt(expiry), ARGV[2])
 return fmt(expiry)

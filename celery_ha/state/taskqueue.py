@@ -1,16 +1,16 @@
-"""The durable task layer: a fenced, lease-based task state machine in Redis.
+"""The client of the durable task layer: a fenced, lease-based task state machine in Redis.
 
 Every transition is one Lua script (see the ``.lua`` files beside this module), so a crash at any
 instant leaves each task in exactly one state structure. Leases carry a fencing token that grows with
 every claim: a holder whose lease was reclaimed can no longer renew, checkpoint, commit, complete or
-fail. All times come from the Redis server clock.
+fail. All times come from the Redis server clock. A refused transition answers a refusal code, which
+:mod:`celery_ha.state.replies` turns into None, 0 or an error; ids are made in
+:mod:`celery_ha.state.ids` and enqueue arguments packed in :mod:`celery_ha.state.enqueue_args`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import secrets
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -18,74 +18,27 @@ from typing import Any
 
 import redis
 
-from celery_ha.base.errors import InvalidInput, LeaseLost, TaskNotFound
+from celery_ha.base.errors import InvalidInput
 from celery_ha.base.settings import Settings
 from celery_ha.base.validation import (
     MAX_CHECKPOINT_BYTES,
     MAX_ERROR_CHARS,
     MAX_ITEM_BYTES,
     MAX_META_BYTES,
-    PRIORITY_RANGE,
-    canonical_url,
     check_int,
     check_task_name,
-    check_url,
     dumps_capped,
-    simple_canonical_url,
 )
 from celery_ha.redisio.client import redis_client
 from celery_ha.redisio.scripts import ScriptSet
+from celery_ha.state.enqueue_args import MAX_BATCH, RowDefaults, build_rows, grouped
+from celery_ha.state.ids import random_id
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.records import Dispatched, Lease, TaskInfo
+from celery_ha.state.replies import Refusal, dispatched_from, lease_from, raise_for, refused
 
 _HERE = Path(__file__).parent
-MAX_BATCH = 10_000
-
-
-_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-_ID_LEN = 12  # ~71 bits: collision-free in practice, and 12 chars fit Redis' 16-byte allocation
-# Byte -> alphanumeric character (byte mod 62), so an id is one C-level translate of 12 random or
-# digest bytes. The first 8 characters are slightly likelier (5/256 vs 4/256): 5.95 bits per char.
-_BYTE_TO_CHAR = bytes(ord(_ALPHABET[b % len(_ALPHABET)]) for b in range(256))
-
-
-def _encode_id(raw: bytes) -> str:
-    return raw[:_ID_LEN].translate(_BYTE_TO_CHAR).decode("ascii")
-
-
-def _dedup_id(task: str, canonical: str) -> str:
-    return _encode_id(hashlib.sha256(f"{task}\0{canonical}".encode()).digest())
-
-
-def task_id_for(task: str, url: str) -> str:
-    """The dedup id of (task, url): SHA-256 of the canonical URL as 12 alphanumeric chars."""
-    canonical = simple_canonical_url(url)
-    return _dedup_id(task, canonical_url(url) if canonical is None else canonical)
-
-
-def _random_id() -> str:
-    return _encode_id(secrets.token_bytes(_ID_LEN))
-
-
-_SPEC_FIELDS = frozenset({"url", "task", "priority", "meta", "dedup", "max_attempts", "max_stalls"})
-
-
-def _grouped(rows: list[list[Any]]) -> list[Any]:
-    """ARGV of enqueue.lua: runs of consecutive rows sharing (priority, dedup, task, max_attempts,
-    max_stalls) become one header ``count, priority, dedup, task, max_attempts, max_stalls`` followed by
-    ``id, payload`` per row, so the common fields travel (and are encoded by Lua) once per run."""
-    args: list[Any] = []
-    current = None
-    at = 0
-    for tid, priority, dedup, task, ma, ms, body in rows:
-        head = (priority, dedup, task, ma, ms)
-        if head != current:
-            current = head
-            at = len(args)
-            args += [0, priority, dedup, task, ma, ms]
-        args[at] += 1
-        args += (tid, body)
-    return args
+_RELEASED = {"q": "queued", "x": "dead"}  # release.lua's success replies -> release()'s results
 
 
 class TaskQueue:
@@ -140,32 +93,10 @@ class TaskQueue:
                    default_task=settings.default_task)
 
     def _run(self, script: str, *args: Any, keys: list[str] | None = None) -> Any:
+        """One script call (one round trip) on the shared KEYS layout; ARGV[1] is the key prefix."""
         return getattr(self._scripts, script)(keys=keys or self._keys, args=[self.keys.prefix, *args])
 
     # ------------------------------------------------------------------ enqueue
-    def _prepare(self, url: str, task: str, priority: int, meta: Mapping[str, Any] | None, dedup: bool,
-                 max_attempts: int | None, max_stalls: int | None) -> list[Any]:
-        canonical = simple_canonical_url(url)
-        if canonical is None:
-            check_url(url)
-        check_task_name(task)
-        check_int("priority", priority, *PRIORITY_RANGE)
-        ma = self.max_attempts if max_attempts is None else check_int("max_attempts", max_attempts, 1, 1000)
-        ms = self.max_stalls if max_stalls is None else check_int("max_stalls", max_stalls, 0, 1000)
-        # The payload is the compact JSON {"u": url[, "m": meta]}, assembled from its parts (the same
-        # text json.dumps gives for that dict): a simple URL needs no escaping, meta is encoded once.
-        url_json = f'"{url}"' if canonical is not None else json.dumps(url, ensure_ascii=False)
-        body = f'{{"u":{url_json}}}'
-        if meta is not None:
-            meta_json = dumps_capped("meta", meta, self.meta_cap)
-            if meta:
-                body = f'{{"u":{url_json},"m":{meta_json}}}'
-        if dedup:
-            tid = _dedup_id(task, canonical_url(url) if canonical is None else canonical)
-        else:
-            tid = _random_id()
-        return [tid, priority, "1" if dedup else "0", task, ma, ms, body]
-
     def enqueue(self, url: str, task: str | None = None, priority: int = 0,
                 meta: Mapping[str, Any] | None = None, dedup: bool = True,
                 max_attempts: int | None = None, max_stalls: int | None = None) -> str:
@@ -187,28 +118,14 @@ class TaskQueue:
                                  batch_size: int = 1000) -> list[tuple[str, bool]]:
         """Like :meth:`enqueue_many`, with each id paired with True when this call created the task
         and False when it was a duplicate (decided atomically by the server, not by a pre-check)."""
-        rows: list[list[Any]] = []
-        for spec in specs:
-            if isinstance(spec, str):
-                spec = {"url": spec}
-            elif not isinstance(spec, Mapping):
-                raise InvalidInput(f"each task must be a URL or a dict, got {type(spec).__name__}")
-            unknown = spec.keys() - _SPEC_FIELDS
-            if unknown:
-                raise InvalidInput(f"unknown task field(s): {', '.join(sorted(unknown))}")
-            if "url" not in spec:
-                raise InvalidInput("task spec has no 'url'")
-            rows.append(self._prepare(
-                spec["url"], spec.get("task") or task or self.default_task,
-                priority if spec.get("priority") is None else spec["priority"], spec.get("meta"),
-                dedup if spec.get("dedup") is None else bool(spec["dedup"]),
-                spec.get("max_attempts"), spec.get("max_stalls")))
+        rows = build_rows(specs, RowDefaults(
+            task or self.default_task, priority, dedup, self.max_attempts, self.max_stalls, self.meta_cap))
         batch_size = max(1, min(int(batch_size), MAX_BATCH))
         created: dict[int, bool] = {}
         for start in range(0, len(rows), batch_size):
             pending = list(range(start, min(start + batch_size, len(rows))))
             while pending:
-                codes = self._run("enqueue", *_grouped([rows[i] for i in pending]))
+                codes = self._run("enqueue", *grouped([rows[i] for i in pending]))
                 if isinstance(codes, bytes):
                     codes = codes.decode()
                 # One char per task: '1' new, '0' duplicate, '-' a random id met an existing one
@@ -216,25 +133,17 @@ class TaskQueue:
                 created.update((i, code == "1") for i, code in zip(pending, codes, strict=True))
                 pending = [i for i, code in zip(pending, codes, strict=True) if code == "-"]
                 for i in pending:
-                    rows[i][0] = _random_id()
+                    rows[i][0] = random_id()
         return [(row[0], created[i]) for i, row in enumerate(rows)]
 
     # ------------------------------------------------------------------ leases
-    def _lease(self, reply: list[Any] | None, worker: str) -> Lease | None:
-        if not reply:
-            return None
-        tid, token, expiry, raw, ckpt = reply
-        info = TaskInfo.parse(tid, raw)
-        return Lease(task_id=tid, token=int(token), worker=worker, expires_at=int(expiry) / 1000.0,
-                     task=info, checkpoint=json.loads(ckpt) if ckpt else None)
-
     def _ttl_ms(self, ttl: float | None) -> int:
         return int((self.lease_ttl if ttl is None else ttl) * 1000)
 
     def claim(self, task_id: str, worker: str, ttl: float | None = None) -> Lease | None:
         """Claim a queued or dispatched task; None when it is not claimable (running elsewhere,
         delayed, completed, dead or unknown) — a Celery message for it should then be dropped."""
-        return self._lease(self._run("claim", task_id, worker, self._ttl_ms(ttl)), worker)
+        return lease_from(self._run("claim", task_id, worker, self._ttl_ms(ttl)), worker)
 
     def claim_next(self, worker: str, ttl: float | None = None, wait: float = 0.0) -> Lease | None:
         """Claim the best queued task (highest priority, then FIFO); standalone mode, no Celery.
@@ -245,7 +154,7 @@ class TaskQueue:
         """
         deadline = time.monotonic() + max(0.0, wait)
         while True:
-            lease = self._lease(self._run("claim_next", worker, self._ttl_ms(ttl), 100), worker)
+            lease = lease_from(self._run("claim_next", worker, self._ttl_ms(ttl), 100), worker)
             if lease is not None:
                 return lease
             remaining = deadline - time.monotonic()
@@ -256,16 +165,17 @@ class TaskQueue:
     def renew(self, lease: Lease, ttl: float | None = None) -> Lease:
         """Extend the lease; raise LeaseLost if it is no longer the task's current lease."""
         expiry = self._run("renew", lease.task_id, lease.token, self._ttl_ms(ttl))
-        if not expiry:
-            raise LeaseLost(f"lease on task {lease.task_id} (token {lease.token}) is lost")
+        if refused(expiry):
+            raise_for(expiry, lease.task_id, lease.token)
         lease.expires_at = int(expiry) / 1000.0
         return lease
 
     def save_checkpoint(self, lease: Lease, checkpoint: Mapping[str, Any]) -> None:
         """Store the task's resume point (JSON object, capped) under the lease."""
         text = dumps_capped("checkpoint", checkpoint, self.checkpoint_cap)
-        if not self._run("checkpoint", lease.task_id, lease.token, text):
-            raise LeaseLost(f"lease on task {lease.task_id} (token {lease.token}) is lost")
+        reply = self._run("checkpoint", lease.task_id, lease.token, text)
+        if refused(reply):
+            raise_for(reply, lease.task_id, lease.token)
         lease.checkpoint = json.loads(text)
 
     def commit(self, lease: Lease, items: Iterable[tuple[str, Mapping[str, Any]]],
@@ -283,18 +193,18 @@ class TaskQueue:
                 raise InvalidInput(f"item key must be a non-empty string of at most 512 chars: {key!r}")
             args += [key, dumps_capped("item", item, MAX_ITEM_BYTES)]
         added = self._run("commit", *args, keys=[*self._keys, self.keys.items, self.keys.item_log])
-        if added is False or added is None:
-            raise LeaseLost(f"lease on task {lease.task_id} (token {lease.token}) is lost")
+        if refused(added):
+            raise_for(added, lease.task_id, lease.token)
         if checkpoint is not None:
             lease.checkpoint = dict(checkpoint)
         return int(added)
 
     def complete(self, lease: Lease) -> None:
         """Mark the task completed (clears its checkpoint); LeaseLost if the lease is not current."""
-        ok = self._run("complete", lease.task_id, lease.token, self.history_max,
-                       int(self.history_age * 1000))
-        if not ok:
-            raise LeaseLost(f"lease on task {lease.task_id} (token {lease.token}) is lost")
+        reply = self._run("complete", lease.task_id, lease.token, self.history_max,
+                          int(self.history_age * 1000))
+        if refused(reply):
+            raise_for(reply, lease.task_id, lease.token)
 
     def complete_and_claim(self, lease: Lease, worker: str | None = None, ttl: float | None = None
                            ) -> Lease | None:
@@ -304,16 +214,17 @@ class TaskQueue:
         worker = lease.worker if worker is None else worker
         reply = self._run("complete_next", lease.task_id, lease.token, self.history_max,
                           int(self.history_age * 1000), worker, self._ttl_ms(ttl), 100)
-        if not int(reply[0]):
-            raise LeaseLost(f"lease on task {lease.task_id} (token {lease.token}) is lost")
-        return self._lease(reply[1], worker) if len(reply) > 1 else None
+        if refused(reply):
+            raise_for(reply, lease.task_id, lease.token)
+        return lease_from(reply[1], worker) if len(reply) > 1 else None
 
     def fail(self, lease: Lease, error: str, retry: bool = True) -> str:
-        """Record a failed attempt: 'retry' (back to delayed with backoff) or 'dead'."""
+        """Record a failed attempt: 'retry' (back to delayed with backoff) or 'dead'; LeaseLost
+        (nothing recorded) if the lease is not current."""
         reply = self._run("fail", lease.task_id, lease.token, str(error)[:MAX_ERROR_CHARS],
                           "1" if retry else "0", int(self.backoff_base * 1000), int(self.backoff_cap * 1000))
-        if not reply:
-            raise LeaseLost(f"lease on task {lease.task_id} (token {lease.token}) is lost")
+        if refused(reply):
+            raise_for(reply, lease.task_id, lease.token)
         return str(reply[0])
 
     def release(self, task_id: str, *, token: int | None = None, worker: str | None = None,
@@ -326,7 +237,7 @@ class TaskQueue:
         """
         reply = self._run("release", task_id, "" if token is None else token, worker or "",
                           "1" if count_stall else "0", reason[:MAX_ERROR_CHARS])
-        return {"q": "queued", "x": "dead"}.get(reply) if reply else None
+        return None if refused(reply) else _RELEASED.get(reply)
 
     def reclaim_expired(self, batch: int = 1000, max_batches: int = 100) -> int:
         """Return tasks whose lease expired to the queue (or to dead past ``max_stalls``).
@@ -347,9 +258,8 @@ class TaskQueue:
         """Move up to ``window - dispatched`` tasks from ready to dispatched, promote due retries and
         pick up dispatched tasks never claimed within ``redispatch_after`` seconds (``resent``: their
         message may still be waiting, or lost). The caller sends one broker message for each."""
-        flat = self._run("dispatch", int(window), int(redispatch_after * 1000), int(promote_limit))
-        return [Dispatched(flat[i], flat[i + 1], int(flat[i + 2]), bool(int(flat[i + 3])))
-                for i in range(0, len(flat), 4)]
+        return dispatched_from(self._run("dispatch", int(window), int(redispatch_after * 1000),
+                                         int(promote_limit)))
 
     # ------------------------------------------------------------------ dead letters
     def dead(self, limit: int = 100, offset: int = 0) -> list[TaskInfo]:
@@ -358,12 +268,18 @@ class TaskQueue:
         return [t for t in self._infos(ids) if t is not None]
 
     def redrive(self, task_id: str | None = None, batch: int = 1000) -> int:
-        """Move one dead task (or all of them) back to the queue with attempts reset."""
+        """Move one dead task (or all of them) back to the queue with attempts and stalls reset.
+
+        Returns how many moved: for one id 1, or 0 when that task is not dead. An unknown id raises
+        TaskNotFound; the script tells the cases apart, so no second lookup races the redrive.
+        """
         if task_id is not None:
-            moved = int(self._run("redrive", task_id, 1))
-            if not moved and not self.client.hexists(self.keys.tasks, task_id):
-                raise TaskNotFound(f"no task {task_id!r} in namespace {self.namespace!r}")
-            return moved
+            moved = self._run("redrive", task_id, 1)
+            if refused(moved):
+                if moved == Refusal.UNKNOWN:
+                    raise_for(moved, task_id, namespace=self.namespace)
+                return 0
+            return int(moved)
         total = 0
         while True:
             moved = int(self._run("redrive", "", int(batch)))
@@ -386,10 +302,11 @@ class TaskQueue:
         """Snapshot of one task; TaskNotFound if the id is unknown (or its history was trimmed)."""
         info = self._infos([task_id])[0] if isinstance(task_id, str) and task_id else None
         if info is None:
-            raise TaskNotFound(f"no task {task_id!r} in namespace {self.namespace!r}")
+            raise_for(Refusal.UNKNOWN, task_id, namespace=self.namespace)
         return info
 
     def checkpoint(self, task_id: str) -> dict[str, Any] | None:
+        """The task's saved resume point, or None (never saved, or dropped when the task completed)."""
         raw = self.client.hget(self.keys.checkpoints, task_id)
         return json.loads(raw) if raw else None
 

@@ -15,8 +15,8 @@ import redis
 
 from celery_ha.redisio.clock import redis_now_ms
 from celery_ha.redisio.scripts import eval_script
-from celery_ha.state import TaskInfo
 from celery_ha.state.keys import QueueKeys
+from celery_ha.state.records import TaskInfo
 
 _SCRIPTS_DIR = Path(__file__).parent
 

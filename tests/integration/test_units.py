@@ -1,0 +1,320 @@
+"""In-process tests of the Celery integration pieces: context, runner, keeper, pump, sink, registry,
+maintenance lock, fetch classification, the demo site and start-up configuration errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import requests
+
+from celery_ha import LeaseLost
+from celery_ha.base.settings import Settings
+from celery_ha.demo import DemoSite
+from celery_ha.demo.proxy_farm import ProxyFarm
+from celery_ha.fetch import process_fetcher as pf
+from celery_ha.fetch.errors import FetchError, PermanentFetchError
+from celery_ha.integration import lease_keeper as lk
+from celery_ha.integration import services as svc
+from celery_ha.integration.broker import broker_lists
+from celery_ha.integration.context import DurableContext
+from celery_ha.integration.maintenance import dead_letter_summary, proxy_health, sweep
+from celery_ha.integration.pump import celery_priority
+from celery_ha.integration.runner import run_message
+from celery_ha.integration.services import Services as Runtime
+from celery_ha.integration.task_errors import is_permanent
+from celery_ha.integration.task_spec import DurableTask
+from celery_ha.proxy import ProxyPool
+from celery_ha.redisio.client import redis_client
+from celery_ha.redisio.lock import short_lock
+from celery_ha.state import TaskQueue
+from celery_ha.state.sink import count_items, iter_items
+from celery_ha.state.worker_registry import heartbeat, list_workers
+from tasks.crawl import page_url
+from tasks.fetch import parse_page
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class FakeApp:
+    """Records send_task calls; enough of a Celery app for the pump."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, list[Any], dict[str, Any]]] = []
+        self.conf = SimpleNamespace(broker_url="memory://", task_default_queue="crawl",
+                                    broker_transport_options={})
+        self.finalized = False
+        self.tasks: dict[str, Any] = {}
+
+    def send_task(self, name: str, args: list[Any], **options: Any) -> None:
+        self.sent.append((name, args, options))
+
+
+@pytest.fixture
+def rt(redis_url: str) -> Iterator[Runtime]:
+    settings = Settings(redis_url=redis_url, namespace="unit", lease_ttl=5, heartbeat_interval=1,
+                        window=4)
+    client = redis_client(redis_url)
+    q = TaskQueue(client, "unit", lease_ttl=5, max_stalls=3)
+    runtime = Runtime(settings=settings, redis_url=redis_url, client=client, queue=q)
+    svc._services.set(runtime)
+    svc.set_node("unit@host")
+    pf._choice.reset()
+    yield runtime
+    keeper = lk._keeper.peek()
+    if keeper is not None:
+        keeper.stop()
+    lk._keeper.reset()
+    svc.reset_services()
+    pf._choice.reset()
+
+
+def fetch(url: str) -> Any:
+    """``ctx.fetch`` without a task: this process's fetcher, as the running services build it."""
+    rt = svc.services()
+    return pf.process_fetcher(rt.client, rt.settings, rt.worker_name).fetch(url)
+
+
+@pytest.fixture
+def site() -> Iterator[DemoSite]:
+    s = DemoSite(total=45, page_size=10).start()
+    yield s
+    s.stop()
+
+
+def _spec(fn: Any, **kw: Any) -> DurableTask:
+    return DurableTask(name="unit_task", fn=fn, **kw)
+
+
+# ---------------------------------------------------------------------- context and fencing
+def test_stale_context_cannot_emit_checkpoint_or_complete(rt: Runtime) -> None:
+    q = rt.queue
+    tid = q.enqueue("http://example.test/a", task="unit_task")
+    old = q.claim(tid, "unit@host:1")
+    assert old is not None
+    ctx = DurableContext(old, rt, _spec(lambda c: None))
+    ctx.emit({"n": 1}, key="k1")
+    assert q.release(tid, token=old.token, count_stall=True) == "queued"
+    new = q.claim(tid, "unit@host:2")
+    assert new is not None and new.token == old.token + 1
+    with pytest.raises(LeaseLost):
+        ctx.save_checkpoint({"i": 1})
+    assert ctx.lost
+    with pytest.raises(LeaseLost):
+        ctx.emit({"n": 2})
+    with pytest.raises(LeaseLost):
+        q.complete(old)
+    assert count_items(rt.client, "unit") == 0 and q.checkpoint(tid) is None
+
+
+def test_keeper_marks_lost_lease_and_stops_writes(rt: Runtime) -> None:
+    q = rt.queue
+    tid = q.enqueue("http://example.test/b", task="unit_task")
+    lease = q.claim(tid, rt.worker_name)
+    ctx = DurableContext(lease, rt, _spec(lambda c: None))
+    keeper = lk.LeaseKeeper(rt)
+    keeper.track(ctx)
+    keeper.renew_all()
+    assert not ctx.lost and keeper.held() == [ctx]
+    q.release(tid, token=lease.token)
+    keeper.renew_all()
+    assert ctx.lost and keeper.held() == []
+    with pytest.raises(LeaseLost):
+        ctx.emit({"x": 1})
+
+
+def test_emit_buffers_until_checkpoint_then_commits_together(rt: Runtime) -> None:
+    q = rt.queue
+    tid = q.enqueue("http://example.test/c", task="unit_task")
+    lease = q.claim(tid, rt.worker_name)
+    ctx = DurableContext(lease, rt, _spec(lambda c: None, item_key="id"))
+    assert ctx.emit({"id": "a", "v": 1}) == "a"
+    ctx.emit({"id": "b"})
+    child = ctx.enqueue("http://example.test/child")
+    assert count_items(rt.client, "unit") == 0 and q.stats()["enqueued"] == 1
+    ctx.save_checkpoint({"i": 2})
+    assert count_items(rt.client, "unit") == 2 and q.checkpoint(tid) == {"i": 2}
+    assert q.get(child).state == "queued"
+    ctx.emit({"id": "a", "v": 999})  # same key: ignored
+    ctx.flush()
+    assert [i["v"] for i in iter_items(rt.client, "unit") if i["id"] == "a"] == [1]
+    assert ctx.checkpoint == {"i": 2} and ctx.attempt == 1
+
+
+def test_runner_outcomes(rt: Runtime) -> None:
+    app = FakeApp()
+    task = SimpleNamespace(app=app, request=SimpleNamespace(hostname="unit@host"))
+    q = rt.queue
+
+    def ok(ctx: DurableContext) -> None:
+        ctx.emit({"url": ctx.url}, key=ctx.url)
+
+    def gone(ctx: DurableContext) -> None:
+        raise PermanentFetchError("HTTP 404")
+
+    def flaky(ctx: DurableContext) -> None:
+        raise FetchError("HTTP 503")
+
+    t1 = q.enqueue("http://example.test/ok", task="unit_task")
+    t2 = q.enqueue("http://example.test/gone", task="unit_task")
+    t3 = q.enqueue("http://example.test/flaky", task="unit_task")
+    t4 = q.enqueue("http://example.test/next", task="unit_task")
+    assert run_message(_spec(ok), task, t1) == "completed"
+    assert run_message(_spec(ok), task, t1) == "dropped"  # duplicate message after completion
+    assert run_message(_spec(gone), task, t2) == "failed:dead"
+    assert q.get(t2).attempts == 1
+    assert run_message(_spec(flaky), task, t3) == "failed:retry"
+    assert q.get(t3).state == "delayed"
+    assert count_items(rt.client, "unit") == 1
+    # the first finished task pumped: the queued ones were sent once each, carrying only their id
+    assert sorted(args[0] for _, args, _ in app.sent) == sorted([t2, t3, t4])
+    assert all(len(args) == 1 and opts["task_id"].startswith(args[0] + ".") for _, args, opts in app.sent)
+
+
+def test_is_permanent_unifies_by_flag() -> None:
+    class Gone(Exception):
+        permanent = True
+
+    assert is_permanent(Gone()) and is_permanent(PermanentFetchError("x"))
+    assert not is_permanent(FetchError("x")) and not is_permanent(ValueError())
+
+
+# ---------------------------------------------------------------------- pump, registry, maintenance
+def test_priority_mapping_is_monotonic() -> None:
+    values = [celery_priority(p) for p in range(-1000, 1001, 1)]
+    assert values == sorted(values, reverse=True)
+    assert celery_priority(0) == 3 and celery_priority(1000) == 0 and celery_priority(-1000) == 9
+    assert broker_lists("crawl")[0] == "crawl" and len(broker_lists("crawl")) == 4
+
+
+def test_list_workers_shows_alive_processes_and_their_tasks(rt: Runtime) -> None:
+    heartbeat(rt.client, "unit", "n1@h:10")
+    heartbeat(rt.client, "unit", "n1@h:11")
+    rt.client.zadd(rt.queue.keys.workers, {"old@h:1": 1})  # beat long ago
+    tid = rt.queue.enqueue("http://example.test/w", task="unit_task")
+    rt.queue.claim(tid, "n1@h:11")
+    workers = list_workers(rt.client, "unit", max_age=10)
+    assert [(w["name"], w["pid"], w["tasks"]) for w in workers] == [("n1@h:10", 10, []),
+                                                                     ("n1@h:11", 11, [tid])]
+    assert all(w["node"] == "n1@h" and w["age"] < 10 for w in workers)
+
+
+def test_maintenance_lock_makes_concurrent_sweeps_harmless(rt: Runtime) -> None:
+    app = FakeApp()
+    key = rt.queue.keys.lock("sweep")
+    with short_lock(rt.client, key, ttl=5) as got:
+        assert got
+        with short_lock(rt.client, key, ttl=5) as again:
+            assert not again
+        assert sweep(app, rt) is None  # another "beat" holds the lock
+    rt.queue.enqueue("http://example.test/s", task="unit_task")
+    result = sweep(app, rt)
+    assert result == {"reclaimed": 0, "sent": 1, "source": "beat"}
+    assert rt.client.hget(rt.queue.keys.meta, "last_sweep")
+    assert not rt.client.exists(key)
+
+
+def test_proxy_health_hook_is_skipped_without_url_or_proxies(rt: Runtime) -> None:
+    assert proxy_health(rt) == {"skipped": "CELERY_HA_PROXY_CHECK_URL not set"}
+    with_url = dataclasses.replace(rt, settings=dataclasses.replace(rt.settings,
+                                                                   proxy_check_url="http://127.0.0.1:1/"))
+    assert proxy_health(with_url) == {"skipped": "no proxies configured"}
+    assert dead_letter_summary(rt) == {"dead": 0, "examples": []}
+
+
+# ---------------------------------------------------------------------- fetch and parsing
+def test_fetch_is_direct_without_proxies_and_classifies(rt: Runtime, site: DemoSite) -> None:
+    site.fail("/case/1", 404)
+    site.fail("/case/2", 410)
+    site.fail("/case/3", 503, times=1)
+    site.fail("/case/4", "captcha")
+    with pytest.raises(PermanentFetchError):
+        fetch(site.case_url(1))
+    with pytest.raises(PermanentFetchError):
+        fetch(site.case_url(2))
+    assert fetch(site.case_url(3)).status_code == 200  # one 503, then a retry inside the fetcher
+    with pytest.raises(FetchError) as blocked:
+        fetch(site.case_url(4))
+    assert not is_permanent(blocked.value) and blocked.value.outcome == "blocked"
+    assert {r.client_ip for r in site.requests} == {"127.0.0.1"}  # no proxy configured: direct
+
+
+def test_fetch_goes_through_the_pool_once_it_has_proxies(rt: Runtime, site: DemoSite) -> None:
+    farm = ProxyFarm(3, first=31).start()
+    try:
+        ProxyPool(rt.client, rt.settings.namespace).add_many(farm.urls, source="test")
+        for n in range(1, 7):
+            assert fetch(site.case_url(n)).status_code == 200
+        ips = {r.client_ip for r in site.requests if r.path.startswith("/case/")}
+        assert ips and ips <= {"127.0.0.31", "127.0.0.32", "127.0.0.33"}  # never direct
+    finally:
+        farm.stop()
+
+
+def test_parse_page_and_page_url(site: DemoSite) -> None:
+    page = parse_page(requests.get(site.case_url(12), timeout=5).text)
+    assert page["title"].startswith("Case 000012") and "Judgment in case 12" in page["text"]
+    assert page_url("http://x.test/cases?sort=a&page=3", 7) == "http://x.test/cases?sort=a&page=7"
+
+
+# ---------------------------------------------------------------------- the demo site
+def test_demo_site_pages_failures_rate_limit_and_log() -> None:
+    with DemoSite(total=25, page_size=10, rate_limit=(2, 60.0)) as s:
+        sess = requests.Session()
+        first = sess.get(f"{s.url}/cases?page=1", timeout=5).json()
+        assert [i["id"] for i in first["items"]][:2] == ["case-000000", "case-000001"]
+        assert first["next"] == 2 and first["total"] == 25
+        last = sess.get(f"{s.url}/cases?page=3", timeout=5).json()
+        assert len(last["items"]) == 5 and last["next"] is None
+        limited = sess.get(f"{s.url}/cases?page=4", timeout=5)
+        assert limited.status_code == 429 and limited.headers["Retry-After"]
+        log = s.requests
+        assert [r.status for r in log] == [200, 200, 429]
+        assert all(r.client_ip == "127.0.0.1" and r.time > 0 for r in log)
+        assert s.hits(prefix="/cases?page=3")[0].path == "/cases?page=3"
+    with DemoSite(total=5) as s:
+        assert requests.get(s.case_url(99), timeout=5).status_code == 404
+        assert requests.get(f"{s.url}/cases?page=2", timeout=5).json() == {
+            "page": 2, "items": [], "next": None, "total": 5}
+
+
+# ---------------------------------------------------------------------- configuration
+def _celery_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CELERY_HA_", "CELERY_BROKER"))}
+    env.update({"CELERY_HA_REDIS_URL": "redis://127.0.0.1:1/0", "PYTHONPATH": str(ROOT)}, **extra)
+    return env
+
+
+@pytest.mark.parametrize(("var", "value", "needle"), [
+    ("CELERY_HA_LEASE_TTL", "soon", "CELERY_HA_LEASE_TTL"),
+    ("CELERY_HA_TASK_TIME_LIMIT", "7200", "CELERY_HA_VISIBILITY_TIMEOUT"),
+    ("CELERY_HA_HEARTBEAT_INTERVAL", "60", "CELERY_HA_HEARTBEAT_INTERVAL"),
+])
+def test_bad_settings_stop_the_worker_with_one_line(var: str, value: str, needle: str) -> None:
+    celery = str(Path(sys.executable).parent / "celery")
+    proc = subprocess.run([celery, "-A", "celery_ha", "worker"], cwd=ROOT, env=_celery_env(**{var: value}),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("celery-ha: configuration error")
+
+
+def test_celeryconfig_is_json_only_and_acks_late() -> None:
+    code = ("import celery_ha; c = celery_ha.app.conf; "
+            "print(c.task_acks_late, c.worker_prefetch_multiplier, c.accept_content, c.task_serializer, "
+            "c.worker_cancel_long_running_tasks_on_connection_loss, c.worker_send_task_events, "
+            "c.task_send_sent_event, sorted(q.name for q in c.task_queues), sorted(c.beat_schedule), "
+            "c.broker_url, c.broker_transport_options['visibility_timeout'] > c.task_time_limit)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env=_celery_env(CELERY_BROKER_URL="redis://127.0.0.1:2/3"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == (
+        "True 1 ['json'] json True True True ['default.crawl', 'default.maintenance'] "
+        "['celery-ha-dead-letters', 'celery-ha-proxy-health', 'celery-ha-sweep'] redis://127.0.0.1:2/3 True")

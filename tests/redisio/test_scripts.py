@@ -1,0 +1,174 @@
+"""The Lua script caller: NOSCRIPT recovery, reconnects, and never running a transition twice."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import os
+import re
+import threading
+from pathlib import Path
+
+import pytest
+import redis
+
+from celery_ha.base.errors import LeaseLost, TaskNotFound
+from celery_ha.redisio.scripts import LuaScript
+from celery_ha.state import Refusal, TaskQueue, task_id_for
+from celery_ha.state.replies import REASONS, raise_for, reason, refused
+
+# Counts its runs, then keeps Redis busy for ~300 ms (longer than the client's socket timeout below).
+SLOW_INCR = """
+redis.call('INCR', KEYS[1])
+local t = redis.call('TIME')
+local start = tonumber(t[1]) * 1000000 + tonumber(t[2])
+repeat
+  t = redis.call('TIME')
+until tonumber(t[1]) * 1000000 + tonumber(t[2]) - start > 300000
+return 1
+"""
+
+
+def test_noscript_after_script_flush_is_recovered(redis_url: str, r: redis.Redis) -> None:
+    q = TaskQueue.from_url(redis_url)
+    q.enqueue("https://example.com/a")
+    r.script_flush()
+    q.enqueue("https://example.com/b")
+    lease = q.claim_next("w")
+    assert lease is not None and lease.url == "https://example.com/a"
+    r.script_flush()
+    q.complete(lease)
+    assert q.stats()["completed"] == 1 and q.stats()["queued"] == 1
+
+
+def test_a_killed_connection_is_replaced(redis_url: str, r: redis.Redis) -> None:
+    q = TaskQueue.from_url(redis_url)
+    q.enqueue("https://example.com/a")
+    r.client_kill_filter(_type="normal", skipme=True)  # every connection but this test's own
+    q.enqueue("https://example.com/b")
+    assert q.stats()["queued"] == 2
+
+
+@pytest.mark.parametrize("single_connection", [False, True])
+def test_a_lost_reply_is_never_answered_by_running_the_script_again(
+        redis_url: str, r: redis.Redis, single_connection: bool) -> None:
+    """redis-py retries a command whose reply timed out; a claim or completion must not run twice."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=0.05,
+                                  single_connection_client=single_connection)
+    script = LuaScript(client, SLOW_INCR)
+    r.script_load(SLOW_INCR)
+    with pytest.raises(redis.TimeoutError):
+        script(keys=["runs"])
+    # Any re-sent request was written before this PING, so Redis has run it by the time it answers.
+    assert r.ping()
+    assert r.get("runs") == "1"
+
+
+def test_each_thread_gives_its_connection_back_when_it_ends(redis_url: str) -> None:
+    """Threads pin a pooled connection; 10 short-lived threads must fit in a pool of 2."""
+    client = redis.Redis(connection_pool=redis.ConnectionPool.from_url(
+        redis_url, decode_responses=True, max_connections=2))
+    q = TaskQueue(client)
+    for i in range(10):
+        worker = threading.Thread(target=q.enqueue, args=(f"https://example.com/{i}",))
+        worker.start()
+        worker.join()
+        gc.collect()
+    assert q.stats()["queued"] == 10  # stats() itself needs a free pool connection
+
+
+def test_a_forked_child_never_shares_its_parents_socket(redis_url: str) -> None:
+    """Parent and child call scripts at the same time after a fork: a shared socket would mix replies."""
+    q = TaskQueue.from_url(redis_url)
+    q.enqueue("https://example.com/warm")  # the parent pins a connection before forking
+    urls = {side: [f"https://example.com/{side}/{i}" for i in range(300)] for side in ("parent", "child")}
+    ctx = multiprocessing.get_context("fork")
+    child = ctx.Process(target=_enqueue_and_check, args=(q, urls["child"]))
+    child.start()
+    _enqueue_and_check(q, urls["parent"])
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert q.stats()["queued"] == 601
+
+
+def _enqueue_and_check(q: TaskQueue, urls: list[str]) -> None:
+    for url in urls:
+        assert q.enqueue(url) == task_id_for("fetch_page", url)
+        # Each process writes only on sockets it opened itself (a connection records its opener's pid).
+        assert q._scripts.enqueue._pins.acquire().pid == os.getpid()
+
+
+# ---------------------------------------------------------------- script contracts and refusal codes
+STATE_LUA = Path(__file__).resolve().parents[2] / "celery_ha" / "state"
+SHARED_KEYS = {"K_TASKS": 1, "K_READYP": 2, "K_DELAYED": 3, "K_INFLIGHT": 4, "K_RUNNING": 5, "K_DEAD": 6,
+               "K_COMPLETED": 7, "K_SEEN": 8, "K_CKPT": 9, "K_STATS": 10, "K_WAKE": 11}
+
+
+def test_lua_refusal_codes_match_python() -> None:
+    """_replies.lua defines the codes the scripts answer; replies.Refusal must mirror it exactly."""
+    text = (STATE_LUA / "_replies.lua").read_text()
+    defined = {name: int(value) for name, value in re.findall(r"^local R_(\w+) = (-\d+)$", text, re.M)}
+    documented = {name: int(value) for value, name in re.findall(r"^ +(-\d+) R_(\w+) ", text, re.M)}
+    assert defined == documented == {member.name: member.value for member in Refusal}
+    assert set(REASONS) == set(Refusal)
+
+
+@pytest.mark.parametrize("code", list(Refusal))
+def test_each_refusal_code_maps_to_its_error_and_reason(code: Refusal) -> None:
+    with pytest.raises(LeaseLost) as lost:
+        raise_for(code, "T1", 7)
+    assert str(lost.value) == f"lease on task T1 (token 7) is lost: {REASONS[code]}"
+    assert refused(int(code)) and reason(code) == REASONS[code]
+    if code == Refusal.UNKNOWN:
+        with pytest.raises(TaskNotFound) as missing:
+            raise_for(code, "T1", namespace="ns")
+        assert str(missing.value) == "no task 'T1' in namespace 'ns'"
+    else:  # without a lease a refusal is an answer (None or 0), not an error
+        with pytest.raises(ValueError):
+            raise_for(code, "T1")
+
+
+def test_success_replies_are_never_refusals() -> None:
+    for reply in (0, 1, 17, "1700000000000", "q", "x", [1], ["retry", "1"], [], None):
+        assert not refused(reply)
+    assert reason(-99).endswith("code -99")
+
+
+def _prelude_functions() -> dict[str, str]:
+    """name -> body of every function the shared includes define."""
+    out: dict[str, str] = {}
+    for include in ("_common", "_replies"):
+        parts = re.split(r"^local function (\w+)", (STATE_LUA / f"{include}.lua").read_text(), flags=re.M)
+        out.update(zip(parts[1::2], parts[2::2], strict=True))
+    return out
+
+
+def _keys_used(body: str, seen: frozenset[str] = frozenset()) -> set[int]:
+    """The KEYS slots ``body`` reads, directly or through the prelude functions it calls."""
+    used = {int(n) for n in re.findall(r"KEYS\[(\d+)\]", body)}
+    used |= {slot for name, slot in SHARED_KEYS.items() if re.search(rf"\b{name}\b", body)}
+    for name, inner in _prelude_functions().items():
+        if name not in seen and re.search(rf"(?<![\w.:]){name}\(", body):
+            used |= _keys_used(inner, seen | {name})
+    return used
+
+
+@pytest.mark.parametrize("path", sorted(p for p in STATE_LUA.glob("*.lua")), ids=lambda p: p.name)
+def test_every_state_script_opens_with_its_contract(path: Path) -> None:
+    """BullMQ-style header: each KEYS and ARGV slot the script itself reads, and its replies."""
+    text = path.read_text()
+    assert text.startswith("--[[ "), "no --[[ ... ]] header block"
+    header, _, body = text.partition("]]")
+    if path.stem.startswith("_"):
+        assert "Defines:" in header
+        return
+    assert "Reply:" in header
+    documented_argv = {int(n) for n in re.findall(r"^  ARGV\[(\d+)\]", header, re.M)}
+    for start in re.findall(r"^  ARGV\[(\d+)\.\.\]", header, re.M):
+        documented_argv |= set(range(int(start), 64))
+    used_argv = {int(n) for n in re.findall(r"ARGV\[(\d+)", body)}
+    assert used_argv <= documented_argv, f"undocumented ARGV slots {used_argv - documented_argv}"
+    documented_keys = {int(n) for n in re.findall(r"^  KEYS\[(\d+)\]", header, re.M)}
+    assert _keys_used(body) == documented_keys
+    for code in set(re.findall(r"\bR_[A-Z_]+\b", body)):
+        assert code in header, f"reply {code} not documented"

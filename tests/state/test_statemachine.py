@@ -1,0 +1,178 @@
+"""Hypothesis stateful test: random interleavings of every queue operation keep DESIGN §2's invariants.
+
+Leases are short (50 ms), so real lease expiry and reclaim happen during runs, while stale holders keep
+trying to write. After every step: each task sits in exactly one structure (its record's), counts are
+conserved, a LeaseLost is only ever raised to a holder that really lost, and no task completes twice.
+"""
+
+from __future__ import annotations
+
+import time
+
+import hypothesis.strategies as st
+import pytest
+import redis
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from celery_ha import LeaseLost, TaskQueue
+from celery_ha.runtime.redis_process import RedisProcess
+from tests.support.invariants import check_invariants
+
+URLS = [f"https://example.com/page/{i}" for i in range(12)]
+TTL = 0.05
+PICK = st.integers(0, 10**6)  # an index taken modulo the live list: draws never depend on timing
+
+
+class QueueMachine(RuleBasedStateMachine):
+    server: RedisProcess  # set by the test below
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.r = redis.Redis.from_url(self.server.url, decode_responses=True)
+        self.r.flushall()
+        self.q = TaskQueue.from_url(self.server.url, lease_ttl=TTL, max_attempts=2, max_stalls=1,
+                                    backoff_base=0.001, backoff_cap=0.005)
+        self.ids: set[str] = set()
+        self.leases: list = []
+        self.completed: set[str] = set()
+
+    def teardown(self) -> None:
+        self.r.close()
+        self.q.client.close()
+
+    def _current(self, lease) -> bool:
+        info = self.q.get(lease.task_id)
+        return info.state == "running" and info.token == lease.token
+
+    def _fenced(self, lease, action) -> bool:
+        was_current = self._current(lease)
+        try:
+            action()
+        except LeaseLost:
+            assert not self._current(lease), "LeaseLost raised to the current holder"
+            return False
+        assert was_current, "a stale holder's write was accepted"
+        return True
+
+    @rule(url=st.sampled_from(URLS), priority=st.integers(-2, 2), dedup=st.booleans())
+    def enqueue(self, url: str, priority: int, dedup: bool) -> None:
+        tid = self.q.enqueue(url, priority=priority, dedup=dedup)
+        if dedup and tid in self.ids:
+            return
+        assert tid not in self.ids
+        self.ids.add(tid)
+
+    @rule(worker=st.sampled_from(["w1", "w2", "w3"]))
+    def claim_next(self, worker: str) -> None:
+        lease = self.q.claim_next(worker)
+        if lease is not None:
+            assert lease.task_id not in self.completed
+            self.leases.append(lease)
+
+    @rule(window=st.integers(0, 4))
+    def dispatch(self, window: int) -> None:
+        before = self.q.stats()["dispatched"]
+        sent = self.q.dispatch(window, redispatch_after=0.02)
+        assert len({d.task_id for d in sent}) == len(sent)
+        assert self.q.stats()["dispatched"] <= max(window, before)
+
+    @rule(pick=PICK, worker=st.sampled_from(["w1", "w2"]))
+    def claim_by_id(self, pick: int, worker: str) -> None:
+        if not self.ids:
+            return
+        tid = sorted(self.ids)[pick % len(self.ids)]
+        before = self.q.get(tid).state if self.r.hexists(self.q.keys.tasks, tid) else None
+        lease = self.q.claim(tid, worker)
+        assert (lease is not None) == (before in ("queued", "dispatched"))
+        if lease is not None:
+            self.leases.append(lease)
+
+    def _pick(self, pick: int):
+        return self.leases[pick % len(self.leases)] if self.leases else None
+
+    @rule(pick=PICK)
+    def renew(self, pick: int) -> None:
+        if (lease := self._pick(pick)) is None:
+            return
+        self._fenced(lease, lambda: self.q.renew(lease))
+
+    @rule(pick=PICK, page=st.integers(0, 100))
+    def checkpoint(self, pick: int, page: int) -> None:
+        if (lease := self._pick(pick)) is None:
+            return
+        if self._fenced(lease, lambda: self.q.save_checkpoint(lease, {"page": page})):
+            assert self.q.checkpoint(lease.task_id) == {"page": page}
+
+    @rule(pick=PICK)
+    def complete(self, pick: int) -> None:
+        if (lease := self._pick(pick)) is None:
+            return
+        if self._fenced(lease, lambda: self.q.complete(lease)):
+            assert lease.task_id not in self.completed, "completed twice"
+            self.completed.add(lease.task_id)
+            assert self.q.checkpoint(lease.task_id) is None
+
+    @rule(pick=PICK)
+    def complete_and_claim(self, pick: int) -> None:
+        if (lease := self._pick(pick)) is None:
+            return
+        nxt = []
+        if self._fenced(lease, lambda: nxt.append(self.q.complete_and_claim(lease))):
+            assert lease.task_id not in self.completed, "completed twice"
+            self.completed.add(lease.task_id)
+            if nxt[0] is not None:
+                assert nxt[0].task_id not in self.completed
+                self.leases.append(nxt[0])
+
+    @rule(pick=PICK, retry=st.booleans())
+    def fail(self, pick: int, retry: bool) -> None:
+        if (lease := self._pick(pick)) is None:
+            return
+        self._fenced(lease, lambda: self.q.fail(lease, "boom", retry=retry))
+
+    @rule(pick=PICK, stall=st.booleans())
+    def release(self, pick: int, stall: bool) -> None:
+        if (lease := self._pick(pick)) is None:
+            return
+        current = self._current(lease)
+        result = self.q.release(lease.task_id, token=lease.token, count_stall=stall)
+        assert (result is not None) == current
+
+    @rule()
+    def let_leases_expire_and_reclaim(self) -> None:
+        time.sleep(TTL + 0.01)
+        self.q.reclaim_expired()
+        assert self.q.stats()["running"] == 0 or all(
+            s >= self._redis_ms() for _, s in self.r.zrange(self.q.keys.running, 0, -1, withscores=True))
+
+    @rule(one=st.booleans(), pick=PICK)
+    def redrive(self, one: bool, pick: int) -> None:
+        dead = [t.id for t in self.q.dead()]
+        if one and dead:
+            assert self.q.redrive(dead[pick % len(dead)]) == 1
+        elif not one:
+            self.q.redrive()
+            assert self.q.stats()["dead"] == 0
+
+    def _redis_ms(self) -> float:
+        sec, usec = self.r.time()
+        return sec * 1000 + usec / 1000
+
+    @invariant()
+    def invariants_hold(self) -> None:
+        states = check_invariants(self.r, self.q)
+        assert set(states) == self.ids  # nothing lost, nothing invented (history is not trimmed here)
+        s = self.q.stats()
+        total = s["queued"] + s["dispatched"] + s["running"] + s["delayed"] + s["dead"] + s["completed"]
+        assert total == len(self.ids)
+        assert {t for t, code in states.items() if code == "c"} == self.completed
+
+
+@pytest.mark.timeout(600)
+def test_queue_state_machine(redis_server: RedisProcess) -> None:
+    QueueMachine.server = redis_server
+    run = QueueMachine.TestCase()
+    run.settings = settings(max_examples=60, stateful_step_count=40, deadline=None,
+                            suppress_health_check=list(HealthCheck), derandomize=False)
+    run.runTest()

@@ -1,0 +1,149 @@
+"""Helpers for tests that run real ``celery worker`` / ``celery beat`` processes.
+
+Every process is started in its own session (process group) and killed as a group in teardown.
+Waiting is always polling with a deadline, never a bare sleep.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import redis
+from celery import Celery
+
+from celery_ha.base.settings import Settings
+from celery_ha.integration.pump import pump
+from celery_ha.integration.queues import broker_queue
+from celery_ha.state import TaskQueue
+from celery_ha.state.worker_registry import list_workers
+from tests.support.polling import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+CELERY = str(Path(sys.executable).parent / "celery")
+T = TypeVar("T")
+_broker_dbs = itertools.cycle(range(1, 16))
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 20.0, interval: float = 0.05,
+             message: str = "condition") -> T:
+    """:func:`tests.support.polling.wait_until` with the longer defaults real worker processes need."""
+    return wait_until(predicate, timeout, interval, message)
+
+
+class Cluster:
+    """Workers and beats of one test: a fresh namespace and a fresh broker database (or, with
+    ``broker_of``, the broker database of another cluster: two namespaces on one broker)."""
+
+    def __init__(self, redis_base_url: str, tmp: Path, broker_of: Cluster | None = None, **env: Any) -> None:
+        base = redis_base_url.rsplit("/", 1)[0]
+        self.namespace = f"t{uuid.uuid4().hex[:10]}"
+        self.state_url = f"{base}/0"
+        self.broker_url = broker_of.broker_url if broker_of else f"{base}/{next(_broker_dbs)}"
+        self.tmp = tmp
+        self.r = redis.Redis.from_url(self.state_url, decode_responses=True)
+        self.broker = redis.Redis.from_url(self.broker_url, decode_responses=True)
+        if broker_of is None:
+            self.broker.flushdb()
+        self.env = {
+            "CELERY_HA_REDIS_URL": self.state_url,
+            "CELERY_BROKER_URL": self.broker_url,
+            "CELERY_HA_NAMESPACE": self.namespace,
+            "CELERY_HA_LEASE_TTL": "3",
+            "CELERY_HA_HEARTBEAT_INTERVAL": "0.5",
+            "CELERY_HA_RECLAIM_INTERVAL": "1",
+            "CELERY_HA_REDISPATCH_AFTER": "5",
+            "CELERY_HA_SOFT_SHUTDOWN_TIMEOUT": "1",
+            "CELERY_HA_EXTRA_IMPORTS": "tests.support.celery_tasks",
+            **{k: str(v) for k, v in env.items()},
+        }
+        self.q = TaskQueue(redis.Redis.from_url(self.state_url, decode_responses=True), self.namespace,
+                           lease_ttl=float(self.env["CELERY_HA_LEASE_TTL"]),
+                           max_stalls=int(self.env.get("CELERY_HA_MAX_STALLS", 3)))
+        self.crawl_queue = broker_queue(self.namespace)  # where this namespace's fetch messages travel
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self._app: Celery | None = None
+
+    # ------------------------------------------------------------------ processes
+    def _spawn(self, args: list[str], name: str, extra_env: dict[str, str] | None = None
+               ) -> subprocess.Popen[bytes]:
+        env = {**os.environ, **self.env, **(extra_env or {}), "PYTHONPATH": str(ROOT)}
+        log = open(self.tmp / f"{name}.log", "wb")
+        proc = subprocess.Popen([CELERY, "-A", "celery_ha", *args], cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc.log_path = self.tmp / f"{name}.log"  # type: ignore[attr-defined]
+        self.procs.append(proc)
+        return proc
+
+    def worker(self, name: str, concurrency: int = 2, wait: bool = True, **env: Any
+               ) -> subprocess.Popen[bytes]:
+        node = f"{name}-{self.namespace}@localhost"
+        proc = self._spawn(["worker", "-P", "prefork", "-c", str(concurrency), "-n", node,
+                            "--without-gossip", "--without-mingle",
+                            "--without-heartbeat", "-l", "info"], name,
+                           {k: str(v) for k, v in env.items()})
+        proc.node = node  # type: ignore[attr-defined]
+        if wait:
+            wait_for(lambda: len(self.children(node)) >= concurrency, timeout=30,
+                     message=f"worker {node} to register {concurrency} children")
+        return proc
+
+    def beat(self, name: str = "beat") -> subprocess.Popen[bytes]:
+        return self._spawn(["beat", "-s", str(self.tmp / f"{name}-schedule"), "-l", "info"], name)
+
+    def children(self, node: str) -> list[dict[str, Any]]:
+        return [w for w in list_workers(self.r, self.namespace, max_age=3.0) if w["node"] == node]
+
+    def kill_group(self, proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        if sig == signal.SIGKILL:
+            proc.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            self.kill_group(proc)
+        self.procs.clear()
+        if self._app is not None:
+            self._app.close()
+        self.r.close()
+        self.broker.close()
+
+    # ------------------------------------------------------------------ client side
+    @property
+    def app(self) -> Celery:
+        """A JSON-only Celery client on the test broker (to send raw messages, run the pump)."""
+        if self._app is None:
+            app = Celery("celery_ha_tests", broker=self.broker_url)
+            app.conf.update(task_serializer="json", accept_content=["json"],
+                            task_default_queue=self.crawl_queue, broker_connection_retry_on_startup=True)
+            self._app = app
+        return self._app
+
+    def send_raw(self, task_name: str, task_id: str, n: int = 1) -> None:
+        for i in range(n):
+            self.app.send_task(task_name, args=[task_id], queue=self.crawl_queue,
+                               task_id=f"{task_id}.dup{i}")
+
+    def settings(self) -> Settings:
+        return Settings.from_env(self.env)
+
+    def pump(self, window: int | None = None) -> int:
+        """Run the real pump from the test process (as the CLI or a Django view would)."""
+        return pump(self.q, self.app, self.settings(), window)
+
+    def state(self, tid: str) -> str:
+        return self.q.get(tid).state
+
+    def log_text(self, proc: subprocess.Popen[bytes]) -> str:
+        return Path(proc.log_path).read_text(errors="replace")  # type: ignore[attr-defined]
+

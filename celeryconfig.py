@@ -29,7 +29,12 @@ if _settings.visibility_timeout <= _settings.task_time_limit + VISIBILITY_MARGIN
 # --- broker: the state-layer Redis unless CELERY_BROKER_URL says otherwise
 broker_url = _settings.broker_url or resolve_redis_url(_settings)
 broker_connection_retry_on_startup = True
-broker_transport_options = {"visibility_timeout": _settings.visibility_timeout}
+broker_transport_options: dict[str, object] = {"visibility_timeout": _settings.visibility_timeout}
+if broker_url.strip().lower().startswith("sentinel://"):
+    # kombu's Sentinel transport: the master's name, and AUTH for the sentinels themselves.
+    broker_transport_options["master_name"] = _settings.sentinel_master
+    if _settings.sentinel_password:
+        broker_transport_options["sentinel_kwargs"] = {"password": _settings.sentinel_password}
 result_backend = None
 task_ignore_result = True
 

@@ -109,6 +109,8 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "extra_imports": ("CELERY_HA_EXTRA_IMPORTS", _text),
     "default_task": ("CELERY_HA_DEFAULT_TASK", _checked(check_task_name)),
     "redis_server": ("CELERY_HA_REDIS_SERVER", _text),
+    "sentinel_master": ("CELERY_HA_SENTINEL_MASTER", _text),
+    "sentinel_password": ("CELERY_HA_SENTINEL_PASSWORD", _text),
     "debug": ("CELERY_HA_DEBUG", _flag),
     "obey_robots": ("CELERY_HA_OBEY_ROBOTS", _flag),
     "direct_when_empty": ("CELERY_HA_DIRECT_WHEN_EMPTY", _flag),
@@ -141,6 +143,8 @@ class Settings:
     extra_imports: str = ""  # CELERY_HA_EXTRA_IMPORTS, comma-separated task modules for the worker
     default_task: str = "fetch_page"  # CELERY_HA_DEFAULT_TASK: the task of an enqueue that names none
     redis_server: str = ""  # CELERY_HA_REDIS_SERVER: redis-server binary for the embedded Redis and tests
+    sentinel_master: str = ""  # CELERY_HA_SENTINEL_MASTER: the master's name, with sentinel:// URLs
+    sentinel_password: str = ""  # CELERY_HA_SENTINEL_PASSWORD: AUTH for sentinels that require it
     debug: bool = False  # CELERY_HA_DEBUG: the CLI prints tracebacks
     obey_robots: bool = True  # CELERY_HA_OBEY_ROBOTS: ctx.fetch honours robots.txt (cached per domain)
     direct_when_empty: bool = False  # CELERY_HA_DIRECT_WHEN_EMPTY: fetch directly when every proxy is out
@@ -178,6 +182,10 @@ class Settings:
                 f"CELERY_HA_HEARTBEAT_INTERVAL ({self.heartbeat_interval}) must be shorter than "
                 f"CELERY_HA_LEASE_TTL ({self.lease_ttl}), or every lease expires between renewals"
             )
+        for var, url in (("CELERY_HA_REDIS_URL", self.redis_url), ("CELERY_BROKER_URL", self.broker_url)):
+            if url and url.strip().lower().startswith("sentinel://") and not self.sentinel_master:
+                raise ConfigurationError(f"{var} names sentinels: set CELERY_HA_SENTINEL_MASTER to the "
+                                         "name of the master they watch")
 
     def env_names(self) -> dict[str, str]:
         """Field name -> environment variable, for documentation and error messages."""

@@ -6,6 +6,7 @@ import click
 
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.cli.render import console, echo_json, kv_table
+from celery_ha.redisio.sentinel import is_sentinel_url, sentinel_view
 from celery_ha.redisio.urls import mask_url
 from celery_ha.runtime.embedded import EmbeddedRedis
 
@@ -27,8 +28,22 @@ def _embedded(obj: CLIContext) -> EmbeddedRedis:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @pass_cli
 def status(obj: CLIContext, as_json: bool) -> None:
-    """Show whether Redis runs, where, its pid, data directory, keys and memory."""
-    if obj.external:
+    """Show whether Redis runs, where, its pid, data directory, keys and memory.
+
+    Behind Sentinel (a sentinel:// URL): the master the sentinels name, its replicas and their lag,
+    and how many sentinels answer.
+    """
+    if obj.external and is_sentinel_url(obj.redis_url):
+        data = {"url": mask_url(obj.redis_url),
+                **sentinel_view(obj.redis_url, obj.settings.sentinel_master,
+                                obj.settings.sentinel_password or None)}
+        data["running"] = data["master"] is not None
+        if data["running"]:
+            info = obj.client.info()
+            data.update(version=info.get("redis_version"), keys=obj.client.dbsize(),
+                        used_memory=info.get("used_memory_human"), aof_enabled=bool(info.get("aof_enabled")))
+        data["replicas"] = "; ".join(data["replicas"]) or "none"
+    elif obj.external:
         info = obj.client.info()
         data = {"mode": "external", "running": True, "url": mask_url(obj.redis_url),
                 "version": info.get("redis_version"), "keys": obj.client.dbsize(),

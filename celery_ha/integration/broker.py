@@ -16,12 +16,11 @@ import redis
 from kombu.transport.redis import PRIORITY_STEPS, Channel
 
 from celery_ha.base.per_process import PerProcess
-from celery_ha.redisio.client import redis_client
+from celery_ha.redisio.client import is_redis_url, redis_client
 from celery_ha.redisio.urls import mask_url
 
 log = logging.getLogger(__name__)
 
-_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 _clients: PerProcess[dict[str, redis.Redis]] = PerProcess(dict)
 
 
@@ -45,7 +44,7 @@ def broker_backlog(client: redis.Redis, queue: str, transport_options: dict[str,
 def broker_client(app: Any) -> redis.Redis | None:
     """A client of the app's broker when it is a Redis one (one per URL and process), else None."""
     url = str(app.conf.broker_url or "")
-    if not url.startswith(_REDIS_SCHEMES):
+    if not is_redis_url(url):
         return None
     clients = _clients.get()
     client = clients.get(url)

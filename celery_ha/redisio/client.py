@@ -1,23 +1,48 @@
-"""Redis clients built from URLs: the one way any layer gets a connection."""
+"""Redis clients built from URLs: the one way any layer gets a connection.
+
+``redis://``, ``rediss://`` (TLS) and ``unix://`` go to redis-py as they are (AUTH and ACL users
+through the URL); ``sentinel://`` builds a client that follows the master Sentinel names
+(``celery_ha.redisio.sentinel``).
+"""
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlsplit
 
 import redis
 
 from celery_ha.base.errors import ConfigurationError
+from celery_ha.base.settings import Settings
+from celery_ha.redisio.sentinel import is_sentinel_url, sentinel_client
 from celery_ha.redisio.urls import mask_url
 
+SCHEMES = ("redis", "rediss", "unix", "sentinel")
 
-def redis_client(url: str, **kwargs: object) -> redis.Redis:
-    """A decoded Redis client for ``url``; a malformed URL becomes a one-line ConfigurationError."""
+
+def is_redis_url(url: str) -> bool:
+    """Whether ``url`` names a Redis celery-ha can talk to (a broker URL may name RabbitMQ)."""
+    return urlsplit(url.strip()).scheme.lower() in SCHEMES
+
+
+def redis_client(url: str, *, sentinel_master: str | None = None, sentinel_password: str | None = None,
+                 **kwargs: Any) -> redis.Redis:
+    """A decoded Redis client for ``url``; a malformed URL becomes a one-line ConfigurationError.
+
+    For a ``sentinel://`` URL the master's name and the sentinels' password default to
+    ``CELERY_HA_SENTINEL_MASTER`` and ``CELERY_HA_SENTINEL_PASSWORD``.
+    """
+    options: dict[str, Any] = {"decode_responses": True, "health_check_interval": 30}
+    options.update(kwargs)
+    if is_sentinel_url(url):
+        master = sentinel_master or Settings.one("sentinel_master")
+        password = sentinel_password or Settings.one("sentinel_password") or None
+        return sentinel_client(url, master, password, **options)
     parts = urlsplit(url)
     if parts.scheme not in ("redis", "rediss", "unix"):
-        raise ConfigurationError(f"unsupported Redis URL {mask_url(url)!r}: use redis://, rediss:// or unix://")
-    options: dict[str, object] = {"decode_responses": True, "health_check_interval": 30}
-    options.update(kwargs)
+        raise ConfigurationError(f"unsupported Redis URL {mask_url(url)!r}: use redis://, rediss://, unix:// "
+                                 "or sentinel://")
     try:
-        return redis.Redis.from_url(url, **options)  # type: ignore[arg-type]
+        return redis.Redis.from_url(url, **options)
     except ValueError as exc:
         raise ConfigurationError(f"bad Redis URL {mask_url(url)!r}: {exc}") from None

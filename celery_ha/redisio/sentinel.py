@@ -1,0 +1,171 @@
+"""Redis behind Sentinel: kombu-style ``sentinel://`` URLs and clients that follow the master.
+
+A deployment names the sentinels, not the master: ``sentinel://[:password@]host:26379;
+sentinel://host2:26379;…[/db]`` plus the master's name (``CELERY_HA_SENTINEL_MASTER``) and, for
+sentinels that require AUTH, ``CELERY_HA_SENTINEL_PASSWORD``. The password in the URL is the Redis
+(master) password, as kombu reads it, so one URL serves the state layer and the broker alike.
+
+The client asks the sentinels for the master's address whenever it (re)connects, so after Sentinel
+promotes a replica every process finds the new master by itself; each process logs one line per
+master change it sees. Sockets time out, so a paused master is noticed instead of waited on forever.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import redis
+from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelConnectionPoolProxy
+
+from celery_ha.base.errors import ConfigurationError
+from celery_ha.redisio.urls import mask_url
+
+log = logging.getLogger(__name__)
+
+SCHEME = "sentinel"
+DEFAULT_PORT = 26379
+#: Seconds a command may wait for the master: a paused master surfaces as an error, not a hang.
+SOCKET_TIMEOUT = 10.0
+SENTINEL_TIMEOUT = 2.0
+
+
+def is_sentinel_url(url: str) -> bool:
+    return url.strip().lower().startswith(SCHEME + "://")
+
+
+@dataclass(frozen=True)
+class SentinelURL:
+    """A parsed ``sentinel://`` URL: where the sentinels are and how to talk to the master."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    db: int = 0
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    ssl: bool = False
+
+
+def parse_sentinel_url(url: str) -> SentinelURL:
+    """Parse kombu's form; every malformed part is a one-line ConfigurationError (password masked)."""
+    where = mask_url(url)
+    hosts: list[tuple[str, int]] = []
+    dbs: set[int] = set()
+    username = password = None
+    ssl = False
+    for part in (p.strip() for p in url.split(";")):
+        if not part:
+            continue
+        try:
+            parts = urlsplit(part)
+            port = parts.port or DEFAULT_PORT
+        except ValueError as exc:
+            raise ConfigurationError(f"bad Sentinel URL {where!r}: {exc}") from None
+        if parts.scheme.lower() != SCHEME or not parts.hostname:
+            raise ConfigurationError(f"bad Sentinel URL {where!r}: every part must be sentinel://host:port")
+        hosts.append((parts.hostname, port))
+        if parts.password is not None and password is None:
+            password = unquote(parts.password)
+            username = unquote(parts.username) if parts.username else None
+        path = parts.path.strip("/")
+        if path:
+            if not path.isdigit():
+                raise ConfigurationError(f"bad Sentinel URL {where!r}: the database must be a number")
+            dbs.add(int(path))
+        query = parse_qs(parts.query)
+        ssl = ssl or query.get("ssl", ["false"])[0].lower() in ("1", "true", "yes")
+    if not hosts:
+        raise ConfigurationError(f"bad Sentinel URL {where!r}: no sentinel named")
+    if len(dbs) > 1:
+        raise ConfigurationError(f"bad Sentinel URL {where!r}: its parts name different databases")
+    return SentinelURL(tuple(hosts), db=dbs.pop() if dbs else 0, username=username, password=password,
+                       ssl=ssl)
+
+
+class _FollowingProxy(SentinelConnectionPoolProxy):
+    """Where master connections ask for the master's address: logs, once per change, when Sentinel
+    names a new master."""
+
+    def get_master_address(self) -> Any:
+        address = super().get_master_address()
+        previous = getattr(self, "_seen_master", None)
+        if previous is not None and address != previous:
+            log.warning("Redis Sentinel failover: master %r moved from %s:%s to %s:%s",
+                        self.service_name, *previous, *address)
+        self._seen_master = address
+        return address
+
+
+class _FollowingPool(SentinelConnectionPool):
+    """redis-py's master pool with :class:`_FollowingProxy` as the connections' address source."""
+
+    def __init__(self, service_name: str, sentinel_manager: Sentinel, **kwargs: Any) -> None:
+        super().__init__(service_name, sentinel_manager, **kwargs)
+        self.proxy = _FollowingProxy(connection_pool=self, is_master=self.is_master,
+                                     check_connection=self.check_connection, service_name=service_name,
+                                     sentinel_manager=sentinel_manager)
+        self.connection_kwargs["connection_pool"] = self.proxy
+
+    def get_master_address(self) -> Any:
+        return self.proxy.get_master_address()
+
+
+def sentinel_manager(target: SentinelURL, sentinel_password: str | None = None, **options: Any) -> Sentinel:
+    """A redis-py Sentinel for ``target`` (options go to the master connections)."""
+    sentinel_kwargs: dict[str, Any] = {"socket_timeout": SENTINEL_TIMEOUT,
+                                       "socket_connect_timeout": SENTINEL_TIMEOUT, "ssl": target.ssl}
+    if sentinel_password:
+        sentinel_kwargs["password"] = sentinel_password
+    connection: dict[str, Any] = {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": SOCKET_TIMEOUT,
+                                  "db": target.db, "ssl": target.ssl, **options}
+    if target.password is not None:
+        connection["password"] = target.password
+    if target.username:
+        connection["username"] = target.username
+    return Sentinel(list(target.sentinels), sentinel_kwargs=sentinel_kwargs, **connection)
+
+
+def sentinel_client(url: str, master: str | None, sentinel_password: str | None = None,
+                    **options: Any) -> redis.Redis:
+    """A client of the master Sentinel currently names for ``master``; follows every failover."""
+    if not master:
+        raise ConfigurationError(f"a Sentinel URL ({mask_url(url)!r}) needs the master's name in "
+                                 "CELERY_HA_SENTINEL_MASTER")
+    manager = sentinel_manager(parse_sentinel_url(url), sentinel_password, **options)
+    return manager.master_for(master, redis_class=redis.Redis, connection_pool_class=_FollowingPool)
+
+
+def sentinel_view(url: str, master: str, sentinel_password: str | None = None) -> dict[str, Any]:
+    """What an operator needs after (or during) a failover: which master the sentinels name, its
+    replicas with their lag, and how many sentinels answer. Never raises for an unreachable part."""
+    target = parse_sentinel_url(url)
+    manager = sentinel_manager(target, sentinel_password)
+    reachable, state = 0, None
+    for node in manager.sentinels:
+        try:
+            answer = node.sentinel_master(master)
+        except (redis.RedisError, OSError):
+            continue
+        reachable += 1
+        state = state or answer
+    view: dict[str, Any] = {"mode": "sentinel", "master_name": master,
+                            "sentinels": f"{reachable} of {len(manager.sentinels)} reachable",
+                            "master": None, "replicas": []}
+    if state is None:
+        return view
+    view["master"] = f"{state.get('ip')}:{state.get('port')}"
+    view["master_flags"] = state.get("flags")
+    view["quorum"] = state.get("quorum")
+    try:
+        info = manager.master_for(master, socket_timeout=SENTINEL_TIMEOUT).info("replication")
+    except (redis.RedisError, OSError) as exc:
+        view["master_error"] = type(exc).__name__
+        return view
+    for key, value in sorted(info.items()):
+        if key.startswith("slave") and isinstance(value, dict):
+            lag = value.get("lag")
+            view["replicas"].append(f"{value.get('ip')}:{value.get('port')} {value.get('state')}, "
+                                    f"lag {lag}s, offset {value.get('offset')}")
+    view["master_repl_offset"] = info.get("master_repl_offset")
+    return view

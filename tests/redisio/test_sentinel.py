@@ -1,0 +1,111 @@
+"""Sentinel URLs and clients against real sentinels: parsing, errors, and a failover the client
+follows by itself (no new client, scripts loaded again on the new master)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from celery_ha import TaskQueue
+from celery_ha.base.errors import ConfigurationError
+from celery_ha.base.settings import Settings
+from celery_ha.redisio.client import redis_client
+from celery_ha.redisio.sentinel import parse_sentinel_url
+from celery_ha.redisio.urls import mask_url
+from tests.support.cli import SECRET, assert_one_line_error, run
+from tests.support.polling import wait_until
+from tests.support.sentinel import MASTER_NAME, SentinelGroup
+
+
+@pytest.fixture
+def sentinels(tmp_path: Path) -> Iterator[SentinelGroup]:
+    group = SentinelGroup(tmp_path).start()
+    yield group
+    group.stop()
+
+
+def test_parse_kombu_form() -> None:
+    target = parse_sentinel_url("sentinel://:s3cret@10.0.0.1:26379;sentinel://10.0.0.2;sentinel://h3:26380/2")
+    assert target.sentinels == (("10.0.0.1", 26379), ("10.0.0.2", 26379), ("h3", 26380))
+    assert (target.db, target.password, target.username) == (2, "s3cret", None)
+    assert parse_sentinel_url("sentinel://u:p%40ss@h:1/0").password == "p@ss"
+    assert "s3cret" not in mask_url("sentinel://:s3cret@h:1;sentinel://:s3cret@h2:2/0")
+
+
+@pytest.mark.parametrize("url", ["sentinel://", "sentinel://h:1;redis://h:2", "sentinel://h:1/x",
+                                 "sentinel://h:1/0;sentinel://h:2/1", "sentinel://h:99999"])
+def test_bad_urls_are_one_line_configuration_errors(url: str) -> None:
+    with pytest.raises(ConfigurationError) as err:
+        parse_sentinel_url(url)
+    assert "\n" not in str(err.value)
+
+
+def test_a_sentinel_url_needs_the_master_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CELERY_HA_SENTINEL_MASTER", raising=False)
+    with pytest.raises(ConfigurationError, match="CELERY_HA_SENTINEL_MASTER") as err:
+        redis_client("sentinel://:pw@127.0.0.1:1/0")
+    assert "pw" not in str(err.value)
+    with pytest.raises(ConfigurationError, match="CELERY_HA_SENTINEL_MASTER"):
+        Settings.from_env({"CELERY_HA_REDIS_URL": "sentinel://127.0.0.1:1/0"})
+    with pytest.raises(ConfigurationError, match="CELERY_HA_SENTINEL_MASTER"):
+        Settings.from_env({"CELERY_BROKER_URL": "sentinel://127.0.0.1:1/1"})
+    ok = Settings.from_env({"CELERY_HA_REDIS_URL": "sentinel://127.0.0.1:1/0",
+                            "CELERY_HA_SENTINEL_MASTER": MASTER_NAME})
+    assert ok.sentinel_master == MASTER_NAME
+
+
+def test_the_state_layer_follows_a_failover(sentinels: SentinelGroup, monkeypatch: pytest.MonkeyPatch,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("CELERY_HA_SENTINEL_MASTER", MASTER_NAME)
+    q = TaskQueue.from_url(sentinels.db_url(0), namespace="ha", lease_ttl=30)
+    ids = q.enqueue_many([f"https://example.com/{n}" for n in range(20)])
+    held = q.claim_next("w1")
+    assert held is not None
+    q.client.wait(1, 5000)  # the replica holds every write so far: nothing may be lost below
+    old = sentinels.master_address()[1]
+    sentinels.kill_master()
+    new = sentinels.wait_promoted(old)
+    assert new[1] == sentinels.replica.port
+
+    def claim_again() -> object:
+        try:
+            return q.claim_next("w2")
+        except redis.ConnectionError:
+            return None  # the client still points at the dead master until it asks the sentinels
+
+    with caplog.at_level("WARNING", logger="celery_ha.redisio.sentinel"):
+        lease = wait_until(claim_again, timeout=20, what="a claim on the new master")
+    assert lease.task_id in ids and lease.task_id != held.task_id
+    q.complete(lease)
+    q.complete(held)  # the lease taken before the failover is still the task's current one
+    stats = q.stats()
+    assert (stats["queued"], stats["running"], stats["completed"]) == (18, 0, 2)
+    assert any("failover" in rec.getMessage() for rec in caplog.records)
+
+
+def test_redis_status_shows_the_sentinel_view_before_and_after_a_failover(sentinels: SentinelGroup) -> None:
+    env = {"CELERY_HA_SENTINEL_MASTER": MASTER_NAME, "CELERY_HA_REDIS_URL": sentinels.db_url(0)}
+    result = run(["redis", "status", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    before = json.loads(result.stdout)
+    assert before["mode"] == "sentinel" and before["running"] is True
+    assert before["master"] == f"127.0.0.1:{sentinels.master.port}"
+    assert before["sentinels"] == "3 of 3 reachable"
+    assert f"127.0.0.1:{sentinels.replica.port} online" in before["replicas"]
+    old = sentinels.master_address()[1]
+    sentinels.kill_master()
+    sentinels.wait_promoted(old)
+    result = run(["redis", "status", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    after = json.loads(result.stdout)
+    assert after["master"] == f"127.0.0.1:{sentinels.replica.port}" and after["running"] is True
+
+
+def test_a_sentinel_url_without_master_is_a_one_line_cli_error() -> None:
+    result = run(["--redis-url", f"sentinel://:{SECRET}@127.0.0.1:1/0", "stats"],
+                 env={"CELERY_HA_SENTINEL_MASTER": None})
+    assert_one_line_error(result, contains="CELERY_HA_SENTINEL_MASTER")

@@ -11,6 +11,7 @@ from kombu import Queue
 
 from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.settings import Settings
+from celery_ha.integration.broker import kombu_broker
 from celery_ha.integration.queues import CRAWL, MAINTENANCE, broker_queue
 from celery_ha.runtime.resolve import resolve_redis_url
 
@@ -27,14 +28,13 @@ if _settings.visibility_timeout <= _settings.task_time_limit + VISIBILITY_MARGIN
     )
 
 # --- broker: the state-layer Redis unless CELERY_BROKER_URL says otherwise
-broker_url = _settings.broker_url or resolve_redis_url(_settings)
+broker_url, _sentinel_options = kombu_broker(_settings.broker_url or resolve_redis_url(_settings), _settings)
+# Celery prefers the raw CELERY_BROKER_URL variable over ``broker_url``; the read and write URLs are
+# what workers, beat and producers connect with, and they take the normalized form.
+broker_read_url = broker_write_url = broker_url
 broker_connection_retry_on_startup = True
-broker_transport_options: dict[str, object] = {"visibility_timeout": _settings.visibility_timeout}
-if broker_url.strip().lower().startswith("sentinel://"):
-    # kombu's Sentinel transport: the master's name, and AUTH for the sentinels themselves.
-    broker_transport_options["master_name"] = _settings.sentinel_master
-    if _settings.sentinel_password:
-        broker_transport_options["sentinel_kwargs"] = {"password": _settings.sentinel_password}
+broker_transport_options: dict[str, object] = {"visibility_timeout": _settings.visibility_timeout,
+                                               **_sentinel_options}
 result_backend = None
 task_ignore_result = True
 

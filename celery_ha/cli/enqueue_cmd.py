@@ -77,8 +77,8 @@ def command(obj: CLIContext, urls: tuple[str, ...], source: IO[str] | None, task
         results = obj.queue.enqueue_many_with_status(specs, batch_size=batch_size)
         new += sum(1 for _, created in results if created)
     broker = obj.settings.broker_url or obj.redis_url
-    kicked = bool(new and pump
-                  and kick_pump(obj.client, obj.namespace, broker, max_age=obj.settings.lease_ttl))
+    kicked = bool(new and pump and kick_pump(obj.client, obj.namespace, broker, obj.settings,
+                                             max_age=obj.settings.lease_ttl))
     result = {"namespace": obj.namespace, "task": task, "submitted": len(lines), "new": new,
               "duplicates": len(lines) - new, "pumped": kicked}
     if as_json:

@@ -11,6 +11,8 @@ import logging
 
 import redis
 
+from celery_ha.base.settings import Settings
+from celery_ha.integration.broker import kombu_broker
 from celery_ha.integration.queues import MAINTENANCE, broker_queue
 from celery_ha.state.worker_registry import alive_count
 
@@ -19,16 +21,19 @@ log = logging.getLogger(__name__)
 PUMP_TASK = "celery_ha.maintenance.pump"
 
 
-def kick_pump(client: redis.Redis, namespace: str, broker_url: str, max_age: float = 30.0) -> bool:
+def kick_pump(client: redis.Redis, namespace: str, broker_url: str, settings: Settings,
+              max_age: float = 30.0) -> bool:
     """Send one pump message if a worker of ``namespace`` is alive; True if sent. Never raises."""
     try:
         if alive_count(client, namespace, max_age=max_age) == 0:
             return False
         from celery import Celery
 
-        app = Celery("celery_ha_cli", broker=broker_url, set_as_current=False)
+        url, transport_options = kombu_broker(broker_url, settings)
+        app = Celery("celery_ha_cli", broker=url, set_as_current=False)
         app.conf.update(broker_connection_retry_on_startup=False, broker_connection_timeout=3,
-                        task_serializer="json", accept_content=["json"])
+                        task_serializer="json", accept_content=["json"],
+                        broker_transport_options=transport_options)
         with app.connection_for_write() as conn:
             queue = broker_queue(namespace, MAINTENANCE)
             app.send_task(PUMP_TASK, queue=queue, routing_key=queue, expires=60, connection=conn, retry=False)

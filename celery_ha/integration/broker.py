@@ -16,12 +16,26 @@ import redis
 from kombu.transport.redis import PRIORITY_STEPS, Channel
 
 from celery_ha.base.per_process import PerProcess
+from celery_ha.base.settings import Settings
 from celery_ha.redisio.client import is_redis_url, redis_client
+from celery_ha.redisio.sentinel import broker_sentinel_url, is_sentinel_url
 from celery_ha.redisio.urls import mask_url
 
 log = logging.getLogger(__name__)
 
 _clients: PerProcess[dict[str, redis.Redis]] = PerProcess(dict)
+
+
+def kombu_broker(url: str, settings: Settings) -> tuple[str, dict[str, Any]]:
+    """The broker URL and transport options to hand kombu for ``url``: a ``sentinel://`` URL gets
+    the database and credentials on every part (kombu reads them from the part it connects through),
+    the master's name and the sentinels' AUTH."""
+    if not is_sentinel_url(url):
+        return url, {}
+    options: dict[str, Any] = {"master_name": settings.sentinel_master}
+    if settings.sentinel_password:
+        options["sentinel_kwargs"] = {"password": settings.sentinel_password}
+    return broker_sentinel_url(url), options
 
 
 def broker_lists(queue: str, transport_options: dict[str, Any] | None = None) -> list[str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import redis
 from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelConnectionPoolProxy
@@ -81,6 +81,22 @@ def parse_sentinel_url(url: str) -> SentinelURL:
         raise ConfigurationError(f"bad Sentinel URL {where!r}: its parts name different databases")
     return SentinelURL(tuple(hosts), db=dbs.pop() if dbs else 0, username=username, password=password,
                        ssl=ssl)
+
+
+def broker_sentinel_url(url: str) -> str:
+    """``url`` with the credentials and the database written on every part.
+
+    kombu reads them from the part it happens to connect through, so
+    ``sentinel://h1;sentinel://h2/1`` would put the broker in database 0 after a failover through
+    ``h1`` while publishers that went through ``h2`` use database 1: messages sent on one side are
+    never seen on the other.
+    """
+    target = parse_sentinel_url(url)
+    cred = ""
+    if target.password is not None:
+        cred = f"{quote(target.username or '', safe='')}:{quote(target.password, safe='')}@"
+    query = "?ssl=true" if target.ssl else ""
+    return ";".join(f"{SCHEME}://{cred}{host}:{port}/{target.db}{query}" for host, port in target.sentinels)
 
 
 class _FollowingProxy(SentinelConnectionPoolProxy):

@@ -26,7 +26,7 @@ def make_cluster(redis_server: Any, tmp_path: Path) -> Iterator[Any]:
     made: list[Cluster] = []
 
     def make(broker_of: Cluster | None = None, **env: Any) -> Cluster:
-        cluster = Cluster(redis_server.url, tmp_path, broker_of=broker_of, **env)
+        cluster = Cluster(redis_server.url, tmp_path, broker_of=broker_of, **env)  # env may name URLs
         made.append(cluster)
         return cluster
 

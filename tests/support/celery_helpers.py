@@ -16,12 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import redis
 from celery import Celery
 
 from celery_ha.base.settings import Settings
+from celery_ha.integration.broker import kombu_broker
 from celery_ha.integration.pump import pump
 from celery_ha.integration.queues import broker_queue
+from celery_ha.redisio.client import redis_client
 from celery_ha.state import TaskQueue
 from celery_ha.state.worker_registry import list_workers
 from tests.support.polling import wait_until
@@ -42,14 +43,16 @@ class Cluster:
     """Workers and beats of one test: a fresh namespace and a fresh broker database (or, with
     ``broker_of``, the broker database of another cluster: two namespaces on one broker)."""
 
-    def __init__(self, redis_base_url: str, tmp: Path, broker_of: Cluster | None = None, **env: Any) -> None:
+    def __init__(self, redis_base_url: str, tmp: Path, broker_of: Cluster | None = None,
+                 state_url: str | None = None, broker_url: str | None = None, **env: Any) -> None:
         base = redis_base_url.rsplit("/", 1)[0]
         self.namespace = f"t{uuid.uuid4().hex[:10]}"
-        self.state_url = f"{base}/0"
-        self.broker_url = broker_of.broker_url if broker_of else f"{base}/{next(_broker_dbs)}"
+        self.state_url = state_url or f"{base}/0"
+        self.broker_url = broker_url or (broker_of.broker_url if broker_of else f"{base}/{next(_broker_dbs)}")
         self.tmp = tmp
-        self.r = redis.Redis.from_url(self.state_url, decode_responses=True)
-        self.broker = redis.Redis.from_url(self.broker_url, decode_responses=True)
+        self.sentinel_master = str(env.get("CELERY_HA_SENTINEL_MASTER", "")) or None
+        self.r = redis_client(self.state_url, sentinel_master=self.sentinel_master)
+        self.broker = redis_client(self.broker_url, sentinel_master=self.sentinel_master)
         if broker_of is None:
             self.broker.flushdb()
         self.env = {
@@ -64,7 +67,7 @@ class Cluster:
             "CELERY_HA_EXTRA_IMPORTS": "tests.support.celery_tasks",
             **{k: str(v) for k, v in env.items()},
         }
-        self.q = TaskQueue(redis.Redis.from_url(self.state_url, decode_responses=True), self.namespace,
+        self.q = TaskQueue(redis_client(self.state_url, sentinel_master=self.sentinel_master), self.namespace,
                            lease_ttl=float(self.env["CELERY_HA_LEASE_TTL"]),
                            max_stalls=int(self.env.get("CELERY_HA_MAX_STALLS", 3)))
         self.crawl_queue = broker_queue(self.namespace)  # where this namespace's fetch messages travel
@@ -123,9 +126,11 @@ class Cluster:
     def app(self) -> Celery:
         """A JSON-only Celery client on the test broker (to send raw messages, run the pump)."""
         if self._app is None:
-            app = Celery("celery_ha_tests", broker=self.broker_url)
+            url, transport_options = kombu_broker(self.broker_url, self.settings())
+            app = Celery("celery_ha_tests", broker=url)
             app.conf.update(task_serializer="json", accept_content=["json"],
-                            task_default_queue=self.crawl_queue, broker_connection_retry_on_startup=True)
+                            task_default_queue=self.crawl_queue, broker_connection_retry_on_startup=True,
+                            broker_transport_options=transport_options)
             self._app = app
         return self._app
 

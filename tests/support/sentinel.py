@@ -40,6 +40,7 @@ class SentinelGroup:
         return ";".join(f"sentinel://127.0.0.1:{port}" for port in self.sentinel_ports)
 
     def db_url(self, db: int) -> str:
+        """The URL of database ``db`` as a user writes it: the database after the last part."""
         return f"{self.url}/{db}"
 
     def start(self) -> SentinelGroup:

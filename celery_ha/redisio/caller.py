@@ -16,6 +16,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from celery_ha.base.per_process import PerProcess
+from celery_ha.redisio.replicas import ReplicaWait
 
 try:  # hiredis (a dependency) packs a command in C; redis-py's packer checks every argument in Python
     from hiredis import pack_command as _pack
@@ -73,16 +74,20 @@ class LuaScript:
     *sent* is sent again once on a fresh connection (nothing reached the server), but a request whose
     *reply* was lost is never re-sent (redis-py's default retry would run a claim or a completion
     again, up to 10 times): the error is raised. Other clients (single-connection, cluster) take
-    redis-py's ordinary path.
+    redis-py's ordinary path. With a :class:`ReplicaWait`, ``WAIT`` travels in the same write as the
+    script and its reply is read after the script's.
     """
 
-    def __init__(self, client: redis.Redis, source: str, pins: PinnedConnections | None = None) -> None:
+    def __init__(self, client: redis.Redis, source: str, pins: PinnedConnections | None = None,
+                 wait: ReplicaWait | None = None) -> None:
         self.client = client
         self.script = source
         self.sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
         if pins is None and direct_capable(client):
             pins = PinnedConnections(client.connection_pool)
         self._pins = pins
+        self._wait = wait
+        self._commands: tuple[tuple[Any, ...], ...] = (wait.command,) if wait else ()
 
     def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
         command = ("EVALSHA", self.sha, len(keys), *keys, *args)
@@ -91,28 +96,41 @@ class LuaScript:
         conn = self._pins.acquire()
         try:
             try:
-                _send(conn, command)
+                _send(conn, command, *self._commands)
             except (RedisConnectionError, RedisTimeoutError):
                 conn.disconnect()  # the command never reached the server whole: safe to send again
-                _send(conn, command)
+                _send(conn, command, *self._commands)
             try:
-                return conn.read_response()
+                reply = self._read(conn)
             except NoScriptError:
                 self.client.script_load(self.script)
-                _send(conn, command)
-                return conn.read_response()
+                _send(conn, command, *self._commands)
+                reply = self._read(conn)
+            return reply
         except ResponseError:
             raise  # an error reply: the connection is still in step
         except BaseException:
             conn.disconnect()  # a reply may be half read: start the next call on a fresh socket
             raise
 
+    def _read(self, conn: Connection) -> Any:
+        """The script's reply, then (with a ReplicaWait) WAIT's, even when the script's is an error."""
+        try:
+            reply = conn.read_response()
+        finally:
+            if self._wait is not None:
+                self._wait.check(conn.read_response())
+        return reply
+
     def _via_client(self, command: tuple[Any, ...]) -> Any:
         try:
-            return self.client.execute_command(*command)
+            reply = self.client.execute_command(*command)
         except NoScriptError:
             self.client.script_load(self.script)
-            return self.client.execute_command(*command)
+            reply = self.client.execute_command(*command)
+        if self._wait is not None:
+            self._wait.check(self.client.execute_command(*self._wait.command))
+        return reply
 
 
 def direct_capable(client: object) -> bool:
@@ -120,10 +138,11 @@ def direct_capable(client: object) -> bool:
             and isinstance(getattr(client, "connection_pool", None), ConnectionPool))
 
 
-def _send(conn: Connection, command: tuple[Any, ...]) -> None:
+def _send(conn: Connection, *commands: tuple[Any, ...]) -> None:
+    """Write ``commands`` in one go (one packet when small: WAIT costs no extra round trip)."""
     if _pack is None:
-        conn.send_command(*command)
+        conn.send_packed_command(conn.pack_commands(commands), check_health=True)
     else:
-        conn.send_packed_command([_pack(command)], check_health=True)
+        conn.send_packed_command([_pack(c) for c in commands], check_health=True)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import redis
 
 from celery_ha.redisio.caller import LuaScript, PinnedConnections, direct_capable
+from celery_ha.redisio.replicas import ReplicaWait
 
 SHARED_LUA = Path(__file__).parent / "lua"
 _INCLUDE = re.compile(r"^--#include\s+(\S+)\s*$", re.MULTILINE)
@@ -48,12 +49,14 @@ def script_source(folder: str, name: str) -> str:
 class ScriptSet:
     """The scripts of one folder, bound to one Redis client and looked up by attribute."""
 
-    def __init__(self, client: redis.Redis, folder: Path, names: list[str] | None = None) -> None:
+    def __init__(self, client: redis.Redis, folder: Path, names: list[str] | None = None,
+                 wait: ReplicaWait | None = None) -> None:
         folder = Path(folder)
         if names is None:
             names = sorted(p.stem for p in folder.glob("*.lua") if not p.stem.startswith("_"))
         pins = PinnedConnections(client.connection_pool) if direct_capable(client) else None
-        self._scripts = {n: LuaScript(client, script_source(str(folder), n), pins) for n in names}
+        self.wait = wait
+        self._scripts = {n: LuaScript(client, script_source(str(folder), n), pins, wait) for n in names}
 
     def __getattr__(self, name: str) -> LuaScript:
         try:

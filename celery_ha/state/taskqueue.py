@@ -30,6 +30,7 @@ from celery_ha.base.validation import (
     dumps_capped,
 )
 from celery_ha.redisio.client import redis_client
+from celery_ha.redisio.replicas import replica_wait
 from celery_ha.redisio.scripts import ScriptSet
 from celery_ha.state.enqueue_args import MAX_BATCH, RowDefaults, build_rows, grouped
 from celery_ha.state.ids import random_id
@@ -62,6 +63,8 @@ class TaskQueue:
         checkpoint_cap: int = MAX_CHECKPOINT_BYTES,
         meta_cap: int = MAX_META_BYTES,
         default_task: str = Settings.default_task,
+        min_replicas: int = 0,
+        replica_timeout: float = Settings.replica_timeout,
     ) -> None:
         self.client = client
         self.namespace = namespace
@@ -76,7 +79,9 @@ class TaskQueue:
         self.checkpoint_cap = int(checkpoint_cap)
         self.meta_cap = int(meta_cap)
         self.default_task = check_task_name(default_task)
-        self._scripts = ScriptSet(client, _HERE)
+        # With min_replicas, every transition waits (bounded) until that many replicas hold it.
+        self._scripts = ScriptSet(client, _HERE, wait=replica_wait(
+            check_int("min_replicas", min_replicas, 0, 16), replica_timeout))
         k = self.keys
         self._keys = [k.tasks, k.ready_bands, k.delayed, k.inflight, k.running, k.dead, k.completed,
                       k.seen, k.checkpoints, k.stats, k.wake]
@@ -90,7 +95,8 @@ class TaskQueue:
         """The queue of ``namespace`` (default: the settings') with the settings' lease and limits."""
         return cls(client, namespace or settings.namespace, lease_ttl=settings.lease_ttl,
                    max_attempts=settings.max_attempts, max_stalls=settings.max_stalls,
-                   default_task=settings.default_task)
+                   default_task=settings.default_task, min_replicas=settings.min_replicas,
+                   replica_timeout=settings.replica_timeout)
 
     def _run(self, script: str, *args: Any, keys: list[str] | None = None) -> Any:
         """One script call (one round trip) on the shared KEYS layout; ARGV[1] is the key prefix."""

@@ -4,6 +4,7 @@ page's item is stored exactly once, and only the pages the site answers 404 end 
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,11 +33,16 @@ def _finished(cluster, ids: list[str]) -> bool:
     return all(info is not None and info.state in ("completed", "dead") for info in infos)
 
 
-def test_crawl_drains_exactly_once_across_a_master_kill(make_cluster, site, sentinels, monkeypatch):
+@pytest.mark.parametrize("min_replicas", [0, 1], ids=["async", "wait-for-replica"])
+def test_crawl_drains_exactly_once_across_a_master_kill(make_cluster, site, sentinels, monkeypatch,
+                                                        min_replicas):
+    """With ``CELERY_HA_MIN_REPLICAS=1`` every transition before the kill was on the replica; after
+    it the promoted master has no replica left, so each WAIT ends at its (short) timeout."""
     monkeypatch.setenv("CELERY_HA_SENTINEL_MASTER", MASTER_NAME)
     cluster = make_cluster(state_url=sentinels.db_url(0), broker_url=sentinels.db_url(1),
                            CELERY_HA_SENTINEL_MASTER=MASTER_NAME, CELERY_HA_LEASE_TTL="4",
-                           CELERY_HA_HEARTBEAT_INTERVAL="0.5", CELERY_HA_MAX_STALLS="10")
+                           CELERY_HA_HEARTBEAT_INTERVAL="0.5", CELERY_HA_MAX_STALLS="10",
+                           CELERY_HA_MIN_REPLICAS=str(min_replicas), CELERY_HA_REPLICA_TIMEOUT="0.05")
     site.delays["/case/"] = 0.05
     for n in GONE:
         site.fail(f"/case/{n}", "404")
@@ -69,5 +75,45 @@ def test_crawl_drains_exactly_once_across_a_master_kill(make_cluster, site, sent
     dead = {info.url for info in cluster.q.dead(limit=1000)}
     assert dead == {site.case_url(n) for n in GONE}
     assert all(proc.poll() is None for proc in [*workers, beat]), "a process died and needed a restart"
-    print(f"failover: promoted {promoted_at - killed_at:.1f}s after the kill, drained "
-          f"{drained_at - killed_at:.1f}s after it")
+    print(f"failover ({min_replicas=}): promoted {promoted_at - killed_at:.1f}s after the kill, "
+          f"drained {drained_at - killed_at:.1f}s after it")
+
+
+def test_a_paused_master_that_comes_back_causes_no_duplicate_output(make_cluster, site, sentinels,
+                                                                    monkeypatch):
+    """SIGSTOP the master for longer than the lease TTL: Sentinel promotes the replica and the crawl
+    goes on there; then SIGCONT: the old master, demoted to a replica, discards what was written to
+    it meanwhile. The surviving sink holds every page's item exactly once."""
+    monkeypatch.setenv("CELERY_HA_SENTINEL_MASTER", MASTER_NAME)
+    cluster = make_cluster(state_url=sentinels.db_url(0), broker_url=sentinels.db_url(1),
+                           CELERY_HA_SENTINEL_MASTER=MASTER_NAME, CELERY_HA_LEASE_TTL="3",
+                           CELERY_HA_HEARTBEAT_INTERVAL="0.5", CELERY_HA_MAX_STALLS="10")
+    site.delays["/case/"] = 0.05
+    for n in GONE:
+        site.fail(f"/case/{n}", "404")
+    workers = [cluster.worker("w1", concurrency=2), cluster.worker("w2", concurrency=2)]
+    beat = cluster.beat()
+    ids = cluster.q.enqueue_many([site.case_url(n) for n in range(PAGES)])
+    cluster.pump()
+    wait_for(lambda: cluster.q.stats()["completed"] >= 30, timeout=60, message="30 pages before the pause")
+
+    old = sentinels.master_address()[1]
+    paused = sentinels.pause_master()
+    sentinels.wait_promoted(old)
+    resume_at = time.monotonic() + 4.0
+    wait_for(lambda: time.monotonic() >= resume_at, timeout=10, message="the pause to outlast the TTL")
+    assert paused.proc is not None
+    paused.proc.send_signal(signal.SIGCONT)
+
+    def finished() -> bool:
+        try:
+            return _finished(cluster, ids)
+        except Exception:
+            return False
+
+    wait_for(finished, timeout=120, interval=0.5, message="the crawl to drain")
+    keys = [key for key, _ in iter_items(cluster.r, cluster.namespace, with_keys=True)]
+    assert len(keys) == len(set(keys)), "an item was stored twice"
+    assert set(keys) == {site.case_url(n) for n in range(PAGES) if n not in GONE}
+    assert {info.url for info in cluster.q.dead(limit=1000)} == {site.case_url(n) for n in GONE}
+    assert all(proc.poll() is None for proc in [*workers, beat])

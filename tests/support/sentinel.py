@@ -95,6 +95,17 @@ class SentinelGroup:
         self.dead_port = old
         return time.monotonic()
 
+    def current_master(self) -> RedisProcess:
+        port = self.master_address()[1]
+        return self.master if self.master.port == port else self.replica
+
+    def pause_master(self) -> RedisProcess:
+        """SIGSTOP the current master (a frozen VM, a long GC pause): it comes back with SIGCONT."""
+        victim = self.current_master()
+        assert victim.proc is not None
+        victim.proc.send_signal(signal.SIGSTOP)
+        return victim
+
     def wait_promoted(self, old_port: int, timeout: float = 30.0) -> tuple[str, int]:
         """Poll until every sentinel names a new, healthy master; returns its address."""
 
@@ -113,6 +124,9 @@ class SentinelGroup:
         return wait_until(agreed, timeout=timeout, what="every sentinel to name the promoted replica")
 
     def stop(self) -> None:
+        for server in (self.replica, self.master):
+            if server.proc is not None and server.proc.poll() is None:
+                server.proc.send_signal(signal.SIGCONT)
         for proc in self.sentinel_procs:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()

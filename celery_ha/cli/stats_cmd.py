@@ -7,13 +7,17 @@ from collections import deque
 from typing import Any
 
 import click
+import redis
 from rich.console import Group
 from rich.live import Live
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
+from rich.text import Text
 
 from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.cli.errors import one_line
 from celery_ha.cli.render import console, echo_json
+from celery_ha.redisio.urls import mask_url
 
 STATES = ("queued", "delayed", "dispatched", "running", "completed", "dead")
 PENDING = ("queued", "delayed", "dispatched", "running")
@@ -76,7 +80,14 @@ def _watch(obj: CLIContext, interval: float, updates: int | None) -> None:
     shown = 0
     with Live(console=console(), refresh_per_second=4, transient=False) as live:
         while updates is None or shown < updates:
-            data = snapshot(obj)
+            try:
+                data = snapshot(obj)
+            except redis.RedisError as exc:  # a failover or a restart: keep watching, say so
+                live.update(Group(progress, Text(f"Redis unreachable ({one_line(mask_url(str(exc)))}); "
+                                                 f"retrying every {interval:g}s")))
+                shown += 1
+                time.sleep(interval)
+                continue
             done = int(data.get("completed", 0)) + int(data.get("dead", 0))
             total = done + sum(int(data.get(n, 0)) for n in PENDING)
             rate = meter.add(done)

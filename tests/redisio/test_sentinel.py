@@ -4,6 +4,9 @@ follows by itself (no new client, scripts loaded again on the new master)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -109,3 +112,25 @@ def test_a_sentinel_url_without_master_is_a_one_line_cli_error() -> None:
     result = run(["--redis-url", f"sentinel://:{SECRET}@127.0.0.1:1/0", "stats"],
                  env={"CELERY_HA_SENTINEL_MASTER": None})
     assert_one_line_error(result, contains="CELERY_HA_SENTINEL_MASTER")
+
+
+def test_stats_watch_keeps_watching_across_a_failover(sentinels: SentinelGroup) -> None:
+    env = {**os.environ, "CELERY_HA_SENTINEL_MASTER": MASTER_NAME, "CELERY_HA_REDIS_URL": sentinels.db_url(0),
+           "COLUMNS": "120"}
+    TaskQueue(redis_client(sentinels.db_url(0), sentinel_master=MASTER_NAME)).enqueue("https://example.com/w")
+    master = redis.Redis(port=sentinels.master.port)
+    before = master.info("clients")["connected_clients"]
+    watch = subprocess.Popen([sys.executable, "-m", "celery_ha.cli", "stats", "--watch", "--updates", "80",
+                              "--interval", "0.1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:  # kill the master only once the watch is connected and reading
+        wait_until(lambda: master.info("clients")["connected_clients"] > before, timeout=20,
+                   what="the watch to connect")
+        old = sentinels.master_address()[1]
+        sentinels.kill_master()
+        sentinels.wait_promoted(old)
+        out, err = watch.communicate(timeout=60)
+    finally:
+        watch.kill()
+    assert watch.returncode == 0, err
+    assert "queued" in out and "Traceback" not in out + err

@@ -54,6 +54,8 @@ worker_cancel_long_running_tasks_on_connection_loss = True
 task_time_limit = _settings.task_time_limit
 task_soft_time_limit = max(1.0, _settings.task_time_limit - min(30.0, _settings.task_time_limit / 10))
 worker_soft_shutdown_timeout = _settings.soft_shutdown_timeout
+# A lost broker connection is retried within a second, not after 2 s + 4 s (Sentinel failover).
+worker_consumer = "celery_ha.integration.quick_reconnect:QuickReconnectConsumer"
 
 # --- Flower / monitoring
 worker_send_task_events = True

@@ -71,6 +71,7 @@ def test_tests_mirror_the_package() -> None:
     layers = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     tests = ROOT / "tests"
     missing = sorted(layer for layer in layers - {"celery_app"} if not (tests / layer).is_dir())
+    # besides the layers: tests/architecture (this file), tests/chaos, tests/deploy (compose), support
     assert not missing, f"layers without a test folder: {missing}"
     assert not list((tests / "support").glob("test_*.py"))
     assert sorted(p.name for p in tests.glob("*.py")) == ["__init__.py", "conftest.py"]

@@ -61,7 +61,8 @@ class CeleryHAGroup(click.Group):
 @click.group(cls=CeleryHAGroup, context_settings={"help_option_names": ["-h", "--help"],
                                                    "max_content_width": 100})
 @click.option("--redis-url", envvar="CELERY_HA_REDIS_URL", show_envvar=True, metavar="URL",
-              help="Redis of the state layer (redis://, rediss://, unix://). Default: the embedded Redis, "
+              help="Redis of the state layer (redis://, rediss://, unix://, or sentinel://host:26379;… with "
+                   "CELERY_HA_SENTINEL_MASTER). Default: the embedded Redis, "
                    "started on demand under .celery-ha/.")
 @click.option("--namespace", "-n", envvar="CELERY_HA_NAMESPACE", show_envvar=True,
               callback=check_namespace_option,

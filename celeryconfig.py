@@ -28,13 +28,15 @@ if _settings.visibility_timeout <= _settings.task_time_limit + VISIBILITY_MARGIN
     )
 
 # --- broker: the state-layer Redis unless CELERY_BROKER_URL says otherwise
-broker_url, _sentinel_options = kombu_broker(_settings.broker_url or resolve_redis_url(_settings), _settings)
+_broker = kombu_broker(_settings.broker_url or resolve_redis_url(_settings), _settings)
 # Celery prefers the raw CELERY_BROKER_URL variable over ``broker_url``; the read and write URLs are
 # what workers, beat and producers connect with, and they take the normalized form.
-broker_read_url = broker_write_url = broker_url
+broker_url = broker_read_url = broker_write_url = _broker.url
 broker_connection_retry_on_startup = True
 broker_transport_options: dict[str, object] = {"visibility_timeout": _settings.visibility_timeout,
-                                               **_sentinel_options}
+                                               **_broker.transport_options}
+if _broker.use_ssl is not None:
+    broker_use_ssl = _broker.use_ssl
 result_backend = None
 task_ignore_result = True
 

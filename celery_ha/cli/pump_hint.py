@@ -29,11 +29,11 @@ def kick_pump(client: redis.Redis, namespace: str, broker_url: str, settings: Se
             return False
         from celery import Celery
 
-        url, transport_options = kombu_broker(broker_url, settings)
-        app = Celery("celery_ha_cli", broker=url, set_as_current=False)
+        broker = kombu_broker(broker_url, settings)
+        app = Celery("celery_ha_cli", broker=broker.url, set_as_current=False)
         app.conf.update(broker_connection_retry_on_startup=False, broker_connection_timeout=3,
                         task_serializer="json", accept_content=["json"],
-                        broker_transport_options=transport_options)
+                        broker_transport_options=broker.transport_options, broker_use_ssl=broker.use_ssl)
         with app.connection_for_write() as conn:
             queue = broker_queue(namespace, MAINTENANCE)
             app.send_task(PUMP_TASK, queue=queue, routing_key=queue, expires=60, connection=conn, retry=False)

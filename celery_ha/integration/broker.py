@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -18,7 +20,7 @@ from kombu.transport.redis import PRIORITY_STEPS, Channel
 from celery_ha.base.per_process import PerProcess
 from celery_ha.base.settings import Settings
 from celery_ha.redisio.client import is_redis_url, redis_client
-from celery_ha.redisio.sentinel import broker_sentinel_url, is_sentinel_url
+from celery_ha.redisio.sentinel import broker_sentinel_url, is_sentinel_url, parse_sentinel_url
 from celery_ha.redisio.urls import mask_url
 
 log = logging.getLogger(__name__)
@@ -26,16 +28,36 @@ log = logging.getLogger(__name__)
 _clients: PerProcess[dict[str, redis.Redis]] = PerProcess(dict)
 
 
-def kombu_broker(url: str, settings: Settings) -> tuple[str, dict[str, Any]]:
-    """The broker URL and transport options to hand kombu for ``url``: a ``sentinel://`` URL gets
-    the database and credentials on every part (kombu reads them from the part it connects through),
-    the master's name and the sentinels' AUTH."""
+@dataclass(frozen=True)
+class KombuBroker:
+    """What to hand kombu for a broker URL: the URL itself, transport options, and ``broker_use_ssl``."""
+
+    url: str
+    transport_options: dict[str, Any] = field(default_factory=dict)
+    use_ssl: dict[str, Any] | None = None
+
+
+_CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
+
+
+def kombu_broker(url: str, settings: Settings) -> KombuBroker:
+    """A ``sentinel://`` URL gets the database and credentials on every part (kombu reads them from
+    the part it connects through), the master's name, the sentinels' AUTH, and its TLS options for
+    the sentinels (``sentinel_kwargs``) and the master (``broker_use_ssl``). Other URLs pass as they are."""
     if not is_sentinel_url(url):
-        return url, {}
+        return KombuBroker(url)
+    target = parse_sentinel_url(url)
     options: dict[str, Any] = {"master_name": settings.sentinel_master}
+    sentinel_kwargs: dict[str, Any] = dict(target.tls())
     if settings.sentinel_password:
-        options["sentinel_kwargs"] = {"password": settings.sentinel_password}
-    return broker_sentinel_url(url), options
+        sentinel_kwargs["password"] = settings.sentinel_password
+    if sentinel_kwargs:
+        options["sentinel_kwargs"] = sentinel_kwargs
+    use_ssl = None
+    if target.ssl:
+        use_ssl = dict(target.ssl_options)
+        use_ssl["ssl_cert_reqs"] = _CERT_REQS[use_ssl.get("ssl_cert_reqs", "required")]
+    return KombuBroker(broker_sentinel_url(url), options, use_ssl)
 
 
 def broker_lists(queue: str, transport_options: dict[str, Any] | None = None) -> list[str]:

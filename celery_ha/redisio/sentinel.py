@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 import redis
 from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelConnectionPoolProxy
@@ -30,6 +30,8 @@ DEFAULT_PORT = 26379
 #: Seconds a command may wait for the master: a paused master surfaces as an error, not a hang.
 SOCKET_TIMEOUT = 10.0
 SENTINEL_TIMEOUT = 2.0
+#: TLS options a sentinel:// URL may carry (query parameters, as redis-py reads them on rediss://).
+TLS_OPTIONS = ("ssl_ca_certs", "ssl_cert_reqs", "ssl_certfile", "ssl_keyfile")
 
 
 def is_sentinel_url(url: str) -> bool:
@@ -45,6 +47,11 @@ class SentinelURL:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     ssl: bool = False
+    ssl_options: tuple[tuple[str, str], ...] = ()  # ssl_ca_certs, ssl_cert_reqs, ssl_certfile, ssl_keyfile
+
+    def tls(self) -> dict[str, Any]:
+        """redis-py connection options for TLS (empty without ``ssl=true``)."""
+        return {"ssl": True, **dict(self.ssl_options)} if self.ssl else {}
 
 
 def parse_sentinel_url(url: str) -> SentinelURL:
@@ -54,6 +61,7 @@ def parse_sentinel_url(url: str) -> SentinelURL:
     dbs: set[int] = set()
     username = password = None
     ssl = False
+    ssl_options: dict[str, str] = {}
     for part in (p.strip() for p in url.split(";")):
         if not part:
             continue
@@ -74,13 +82,22 @@ def parse_sentinel_url(url: str) -> SentinelURL:
                 raise ConfigurationError(f"bad Sentinel URL {where!r}: the database must be a number")
             dbs.add(int(path))
         query = parse_qs(parts.query)
-        ssl = ssl or query.get("ssl", ["false"])[0].lower() in ("1", "true", "yes")
+        part_ssl = query.pop("ssl", ["false"])[0].lower() in ("1", "true", "yes")
+        ssl = ssl or part_ssl
+        for name, values in query.items():
+            if name not in TLS_OPTIONS:
+                raise ConfigurationError(f"bad Sentinel URL {where!r}: unknown option {name!r} "
+                                         f"(known: ssl, {', '.join(TLS_OPTIONS)})")
+            if name == "ssl_cert_reqs" and values[0] not in ("required", "optional", "none"):
+                raise ConfigurationError(f"bad Sentinel URL {where!r}: ssl_cert_reqs must be required, "
+                                         "optional or none")
+            ssl_options[name] = values[0]
     if not hosts:
         raise ConfigurationError(f"bad Sentinel URL {where!r}: no sentinel named")
     if len(dbs) > 1:
         raise ConfigurationError(f"bad Sentinel URL {where!r}: its parts name different databases")
     return SentinelURL(tuple(hosts), db=dbs.pop() if dbs else 0, username=username, password=password,
-                       ssl=ssl)
+                       ssl=ssl, ssl_options=tuple(sorted(ssl_options.items())))
 
 
 def broker_sentinel_url(url: str) -> str:
@@ -95,7 +112,7 @@ def broker_sentinel_url(url: str) -> str:
     cred = ""
     if target.password is not None:
         cred = f"{quote(target.username or '', safe='')}:{quote(target.password, safe='')}@"
-    query = "?ssl=true" if target.ssl else ""
+    query = "?" + urlencode([("ssl", "true"), *target.ssl_options]) if target.ssl else ""
     return ";".join(f"{SCHEME}://{cred}{host}:{port}/{target.db}{query}" for host, port in target.sentinels)
 
 
@@ -130,11 +147,11 @@ class _FollowingPool(SentinelConnectionPool):
 def sentinel_manager(target: SentinelURL, sentinel_password: str | None = None, **options: Any) -> Sentinel:
     """A redis-py Sentinel for ``target`` (options go to the master connections)."""
     sentinel_kwargs: dict[str, Any] = {"socket_timeout": SENTINEL_TIMEOUT,
-                                       "socket_connect_timeout": SENTINEL_TIMEOUT, "ssl": target.ssl}
+                                       "socket_connect_timeout": SENTINEL_TIMEOUT, **target.tls()}
     if sentinel_password:
         sentinel_kwargs["password"] = sentinel_password
     connection: dict[str, Any] = {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": SOCKET_TIMEOUT,
-                                  "db": target.db, "ssl": target.ssl, **options}
+                                  "db": target.db, **target.tls(), **options}
     if target.password is not None:
         connection["password"] = target.password
     if target.username:

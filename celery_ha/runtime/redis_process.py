@@ -60,6 +60,7 @@ class RedisProcess:
     appendonly: bool = False
     extra_args: Sequence[str] = ()
     binary: str = field(default_factory=find_redis_server)
+    client_options: dict[str, object] = field(default_factory=dict)  # e.g. TLS for the start-up PING
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -92,7 +93,8 @@ class RedisProcess:
             start_new_session=detach,
         )
         deadline = time.monotonic() + timeout
-        client = redis.Redis(host=self.host, port=self.port, socket_connect_timeout=0.5)
+        client = redis.Redis(host=self.host, port=self.port, socket_connect_timeout=0.5,
+                             **self.client_options)  # type: ignore[arg-type]
         try:
             while True:
                 if self.proc.poll() is not None:

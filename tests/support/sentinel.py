@@ -11,6 +11,7 @@ import contextlib
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -21,37 +22,77 @@ from tests.support.polling import wait_until
 MASTER_NAME = "mymaster"
 
 
+@dataclass(frozen=True)
+class TLSFiles:
+    """A self-signed certificate for 127.0.0.1 (made with openssl), used as its own CA."""
+
+    cert: Path
+    key: Path
+
+    @classmethod
+    def make(cls, folder: Path) -> TLSFiles:
+        folder.mkdir(parents=True, exist_ok=True)
+        cert, key = folder / "cert.pem", folder / "key.pem"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                        "-out", str(cert), "-days", "2", "-subj", "/CN=127.0.0.1",
+                        "-addext", "subjectAltName=IP:127.0.0.1"],
+                       check=True, capture_output=True, timeout=60)
+        return cls(cert, key)
+
+
 class SentinelGroup:
     """Master + replica + sentinels; ``url`` is the kombu-style ``sentinel://`` URL of them."""
 
     def __init__(self, tmp: Path, sentinels: int = 3, down_after_ms: int = 1000,
-                 sentinel_password: str | None = None) -> None:
+                 sentinel_password: str | None = None, tls: TLSFiles | None = None) -> None:
         self.tmp = tmp
         self.binary = find_redis_server()
         self.down_after_ms = down_after_ms
         self.sentinel_password = sentinel_password
-        self.master = RedisProcess(port=free_port(), data_dir=tmp / "master", binary=self.binary)
-        self.replica = RedisProcess(port=free_port(), data_dir=tmp / "replica", binary=self.binary)
+        self.tls = tls
+        self.client_tls: dict[str, object] = {"ssl": True, "ssl_ca_certs": str(tls.cert)} if tls else {}
+        ports = free_port(), free_port()
+        self.master = RedisProcess(port=ports[0], data_dir=tmp / "master", binary=self.binary,
+                                   extra_args=self._tls_args(ports[0]), client_options=self.client_tls)
+        self.replica = RedisProcess(port=ports[1], data_dir=tmp / "replica", binary=self.binary,
+                                    client_options=self.client_tls)
         self.sentinel_ports = [free_port() for _ in range(sentinels)]
         self.sentinel_procs: list[subprocess.Popen[bytes]] = []
 
+    def _tls_args(self, port: int) -> list[str]:
+        """Command-line options that move a server to TLS only (the plain port closed)."""
+        if self.tls is None:
+            return []
+        return ["--port", "0", "--tls-port", str(port), "--tls-cert-file", str(self.tls.cert),
+                "--tls-key-file", str(self.tls.key), "--tls-ca-cert-file", str(self.tls.cert),
+                "--tls-auth-clients", "no", "--tls-replication", "yes"]
+
     @property
     def url(self) -> str:
-        return ";".join(f"sentinel://127.0.0.1:{port}" for port in self.sentinel_ports)
+        query = f"?ssl=true&ssl_ca_certs={self.tls.cert}" if self.tls else ""
+        return ";".join(f"sentinel://127.0.0.1:{port}{query}" for port in self.sentinel_ports)
 
     def db_url(self, db: int) -> str:
         """The URL of database ``db`` as a user writes it: the database after the last part."""
-        return f"{self.url}/{db}"
+        parts = self.url.split(";")
+        last, _, query = parts[-1].partition("?")
+        parts[-1] = f"{last}/{db}" + (f"?{query}" if query else "")
+        return ";".join(parts)
 
     def start(self) -> SentinelGroup:
         self.master.start()
-        self.replica.extra_args = ["--replicaof", "127.0.0.1", str(self.master.port)]
+        self.replica.extra_args = ["--replicaof", "127.0.0.1", str(self.master.port),
+                                   *self._tls_args(self.replica.port)]
         self.replica.start()
         for n, port in enumerate(self.sentinel_ports):
             folder = self.tmp / f"sentinel{n}"
             folder.mkdir(parents=True, exist_ok=True)
             conf = folder / "sentinel.conf"
-            lines = [f"port {port}", "bind 127.0.0.1", "protected-mode no", f"dir {folder}",
+            listen = [f"port {port}"] if self.tls is None else [
+                "port 0", f"tls-port {port}", f"tls-cert-file {self.tls.cert}",
+                f"tls-key-file {self.tls.key}", f"tls-ca-cert-file {self.tls.cert}", "tls-auth-clients no",
+                "tls-replication yes"]
+            lines = [*listen, "bind 127.0.0.1", "protected-mode no", f"dir {folder}",
                      f"logfile {folder / 'sentinel.log'}",
                      f"sentinel monitor {MASTER_NAME} 127.0.0.1 {self.master.port} 2",
                      f"sentinel down-after-milliseconds {MASTER_NAME} {self.down_after_ms}",
@@ -67,7 +108,7 @@ class SentinelGroup:
 
     def sentinel(self, n: int = 0) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.sentinel_ports[n], decode_responses=True,
-                           password=self.sentinel_password, socket_timeout=2)
+                           password=self.sentinel_password, socket_timeout=2, **self.client_tls)
 
     def _ready(self) -> bool:
         try:
@@ -76,8 +117,11 @@ class SentinelGroup:
                 if int(state.get("num-slaves", 0)) < 1 or int(state.get("num-other-sentinels", 0)) < \
                         len(self.sentinel_ports) - 1:
                     return False
-            link = redis.Redis(port=self.replica.port).info("replication").get("master_link_status")
-            return link == "up"
+            replica = redis.Redis(host="127.0.0.1", port=self.replica.port, **self.client_tls)
+            master = redis.Redis(host="127.0.0.1", port=self.master.port, **self.client_tls)
+            seen = master.info("replication").get("slave0") or {}
+            return replica.info("replication").get("master_link_status") == "up" and \
+                seen.get("state") == "online"
         except (redis.RedisError, OSError):
             return False
 

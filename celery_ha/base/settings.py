@@ -113,6 +113,7 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "sentinel_password": ("CELERY_HA_SENTINEL_PASSWORD", _text),
     "min_replicas": ("CELERY_HA_MIN_REPLICAS", _number(int, 0, 16)),
     "replica_timeout": ("CELERY_HA_REPLICA_TIMEOUT", _number(float, 0.001, 60)),
+    "allow_eviction": ("CELERY_HA_ALLOW_EVICTION", _flag),
     "debug": ("CELERY_HA_DEBUG", _flag),
     "obey_robots": ("CELERY_HA_OBEY_ROBOTS", _flag),
     "direct_when_empty": ("CELERY_HA_DIRECT_WHEN_EMPTY", _flag),
@@ -149,6 +150,7 @@ class Settings:
     sentinel_password: str = ""  # CELERY_HA_SENTINEL_PASSWORD: AUTH for sentinels that require it
     min_replicas: int = 0  # CELERY_HA_MIN_REPLICAS: replicas that must hold each transition (Redis WAIT)
     replica_timeout: float = 1.0  # CELERY_HA_REPLICA_TIMEOUT, seconds one WAIT may take
+    allow_eviction: bool = False  # CELERY_HA_ALLOW_EVICTION: start workers on an evicting Redis anyway
     debug: bool = False  # CELERY_HA_DEBUG: the CLI prints tracebacks
     obey_robots: bool = True  # CELERY_HA_OBEY_ROBOTS: ctx.fetch honours robots.txt (cached per domain)
     direct_when_empty: bool = False  # CELERY_HA_DIRECT_WHEN_EMPTY: fetch directly when every proxy is out

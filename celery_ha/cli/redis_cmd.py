@@ -6,6 +6,7 @@ import click
 
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.cli.render import console, echo_json, kv_table
+from celery_ha.redisio.memory_policy import eviction_policy, eviction_warning
 from celery_ha.redisio.sentinel import is_sentinel_url, sentinel_view
 from celery_ha.redisio.urls import mask_url
 from celery_ha.runtime.embedded import EmbeddedRedis
@@ -51,6 +52,14 @@ def status(obj: CLIContext, as_json: bool) -> None:
                 "aof_enabled": bool(info.get("aof_enabled"))}
     else:
         data = {"mode": "embedded", **_embedded(obj).status().as_dict()}
+    if data.get("running"):
+        policy = eviction_policy(obj.client)
+        data["maxmemory_policy"] = policy or "unknown (CONFIG and INFO refused)"
+        warning = eviction_warning(policy)
+        if warning:
+            data["warning"] = warning
+            if not as_json:
+                click.echo(f"Warning: {warning}", err=True)
     if as_json:
         echo_json(data)
         return

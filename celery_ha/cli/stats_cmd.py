@@ -17,6 +17,7 @@ from rich.text import Text
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.cli.errors import one_line
 from celery_ha.cli.render import console, echo_json
+from celery_ha.redisio.memory_policy import eviction_policy, eviction_warning
 from celery_ha.redisio.urls import mask_url
 
 STATES = ("queued", "delayed", "dispatched", "running", "completed", "dead")
@@ -122,7 +123,10 @@ def command(obj: CLIContext, as_json: bool, watch: bool, interval: float, update
             pass
         return
     data = snapshot(obj)
+    warning = eviction_warning(eviction_policy(obj.client))
     if as_json:
-        echo_json(data)
-    else:
-        console().print(_table(data))
+        echo_json({**data, "warnings": [warning] if warning else []})
+        return
+    if warning:
+        click.echo(f"Warning: {warning}", err=True)
+    console().print(_table(data))

@@ -4,7 +4,9 @@ Each method is one Celery signal receiver; :meth:`WorkerHooks.install` connects 
 it is given (the composition root calls it once). A failing hook is logged, never fatal: the lease
 TTL and the sweep cover whatever a hook could not do.
 
-- ``celeryd_init``: remember the node name (lease holders are ``node:pid``).
+- ``celeryd_init``: remember the node name (lease holders are ``node:pid``); refuse to start on a
+  state Redis that may evict keys (unless ``CELERY_HA_ALLOW_EVICTION=1``).
+- ``beat_init``: warn when the state Redis may evict keys.
 - ``worker_process_init`` (pool child): start the lease keeper, registering the child at once.
 - ``worker_process_shutdown`` (pool child): leave the worker registry.
 - ``worker_ready``: fill the window at once (queued work need not wait for beat).
@@ -16,9 +18,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 from collections.abc import Callable
 from typing import Any
 
+import redis
 from celery import signals
 
 from celery_ha.integration.child_reaper import FastChildReaper
@@ -27,6 +31,7 @@ from celery_ha.integration.lease_keeper import keeper
 from celery_ha.integration.pump import pump_quietly
 from celery_ha.integration.services import services, set_node
 from celery_ha.integration.shutdown import GracefulShutdown
+from celery_ha.redisio.memory_policy import eviction_policy, eviction_warning
 from celery_ha.state.worker_registry import unregister
 
 log = logging.getLogger(__name__)
@@ -55,6 +60,7 @@ class WorkerHooks:
         self.app.steps["worker"].add(FastChildReaper)
         for signal, hook in (
             (signals.celeryd_init, self.celeryd_init),
+            (signals.beat_init, self.beat_init),
             (signals.worker_process_init, self.worker_process_init),
             (signals.worker_process_shutdown, self.worker_process_shutdown),
             (signals.worker_ready, self.worker_ready),
@@ -68,6 +74,26 @@ class WorkerHooks:
     def celeryd_init(self, sender: str | None = None, **_: Any) -> None:
         if sender:
             set_node(sender)
+        warning = self._eviction_warning()
+        if warning and not services().settings.allow_eviction:
+            # SystemExit passes through Celery's signal dispatch: the worker stops before consuming.
+            print(f"celery-ha: refusing to start: {warning} (or set CELERY_HA_ALLOW_EVICTION=1)",
+                  file=sys.stderr)
+            raise SystemExit(2)
+        if warning:
+            log.warning("%s (CELERY_HA_ALLOW_EVICTION=1: starting anyway)", warning)
+
+    def beat_init(self, **_: Any) -> None:
+        warning = self._eviction_warning()
+        if warning:
+            log.warning(warning)
+
+    def _eviction_warning(self) -> str | None:
+        try:
+            return eviction_warning(eviction_policy(services().client))
+        except redis.RedisError as exc:  # unreachable now: the worker's own retries will say so
+            log.warning("could not read the state Redis' maxmemory-policy: %s", exc)
+            return None
 
     def worker_process_init(self, **_: Any) -> None:
         # The keeper thread starts after the fork; its first tick registers this child (window

@@ -197,7 +197,8 @@ class EmbeddedRedis:
         last: ConfigurationError | None = None
         for _ in range(3):  # the free port can be taken between free_port() and bind(): retry
             server = RedisProcess(port=free_port(), data_dir=self.data_dir, appendonly=True, binary=binary,
-                                  extra_args=("--appendfsync", "everysec"))
+                                  extra_args=("--appendfsync", "everysec",
+                                              "--maxmemory-policy", "noeviction"))  # never evict state
             try:
                 server.start(timeout=timeout, detach=True)  # own session: outlives its starter
             except ConfigurationError as exc:

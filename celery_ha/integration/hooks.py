@@ -11,6 +11,7 @@ TTL and the sweep cover whatever a hook could not do.
 - ``worker_process_shutdown`` (pool child): leave the worker registry.
 - ``worker_ready``: fill the window at once (queued work need not wait for beat).
 - ``task_failure``: fast failover when a pool child died.
+- ``task_unknown``: a message for a task name this worker does not know counts a failed attempt.
 - ``worker_shutting_down`` / ``worker_shutdown``: graceful shutdown.
 """
 
@@ -31,6 +32,7 @@ from celery_ha.integration.lease_keeper import keeper
 from celery_ha.integration.pump import pump_quietly
 from celery_ha.integration.services import services, set_node
 from celery_ha.integration.shutdown import GracefulShutdown
+from celery_ha.integration.unknown_tasks import on_unknown_task
 from celery_ha.redisio.memory_policy import eviction_policy, eviction_warning
 from celery_ha.state.worker_registry import unregister
 
@@ -65,6 +67,7 @@ class WorkerHooks:
             (signals.worker_process_shutdown, self.worker_process_shutdown),
             (signals.worker_ready, self.worker_ready),
             (signals.task_failure, self.task_failure),
+            (signals.task_unknown, self.task_unknown),
             (signals.worker_shutting_down, self.worker_shutting_down),
             (signals.worker_shutdown, self.worker_shutdown),
         ):
@@ -111,6 +114,9 @@ class WorkerHooks:
     def task_failure(self, sender: Any = None, exception: BaseException | None = None, args: Any = None,
                      **_: Any) -> None:
         on_child_lost(services(), self.app, sender, exception, args)
+
+    def task_unknown(self, name: str = "", id: str = "", **_: Any) -> None:
+        on_unknown_task(services(), self.app, name, id)
 
     def worker_shutting_down(self, **_: Any) -> None:
         self.shutdown.begin(services())

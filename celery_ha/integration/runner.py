@@ -12,14 +12,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from typing import Any
 
 import redis
-from celery.exceptions import SoftTimeLimitExceeded
+from celery.exceptions import Reject, SoftTimeLimitExceeded
 
 from celery_ha.base.errors import LeaseLost
 from celery_ha.integration.context import DurableContext
 from celery_ha.integration.graceful_stop import stop_handler
+from celery_ha.integration.infrastructure import is_infrastructure_error, with_patience
 from celery_ha.integration.lease_keeper import keeper
 from celery_ha.integration.pump import pump_quietly
 from celery_ha.integration.services import Services, services, set_node
@@ -27,6 +29,9 @@ from celery_ha.integration.task_errors import GracefulStop, is_permanent
 from celery_ha.integration.task_spec import DurableTask
 
 log = logging.getLogger(__name__)
+
+#: Seconds a message waits for Redis to take its claim before it goes back to the broker.
+CLAIM_PATIENCE = 5.0
 
 
 def run_message(spec: DurableTask, celery_task: Any, task_id: str) -> str:
@@ -39,7 +44,15 @@ def run_message(spec: DurableTask, celery_task: Any, task_id: str) -> str:
         stop.install()
     rt = services()
     keep = keeper(celery_task.app)
-    lease = rt.queue.claim(task_id, rt.worker_name)
+    try:
+        lease = with_patience(lambda: rt.queue.claim(task_id, rt.worker_name),
+                              time.monotonic() + CLAIM_PATIENCE)
+    except redis.RedisError as exc:
+        if not is_infrastructure_error(exc):
+            raise
+        # Redis is away or full: give the message back to the broker instead of losing it.
+        log.warning("task %s: cannot claim (%s); message requeued", task_id, exc)
+        raise Reject(str(exc), requeue=True) from None
     if lease is None:
         log.info("task %s is not claimable (duplicate or stale message): dropped", task_id)
         return "dropped"
@@ -64,7 +77,10 @@ def run_message(spec: DurableTask, celery_task: Any, task_id: str) -> str:
         else:
             outcome = _fail(ctx, rt, "soft time limit exceeded without progress", retry=True)
     except Exception as exc:
-        outcome = _fail(ctx, rt, f"{type(exc).__name__}: {exc}", retry=not is_permanent(exc))
+        if is_infrastructure_error(exc):
+            outcome = _hand_back(ctx, rt, f"Redis unavailable ({type(exc).__name__}: {exc})")
+        else:
+            outcome = _fail(ctx, rt, f"{type(exc).__name__}: {exc}", retry=not is_permanent(exc))
     finally:
         keep.untrack(ctx)
     pump_quietly(celery_task.app, rt)  # refill the window (a handed-back task goes to another worker)
@@ -72,12 +88,16 @@ def run_message(spec: DurableTask, celery_task: Any, task_id: str) -> str:
 
 
 def _hand_back(ctx: DurableContext, rt: Services, reason: str) -> str:
-    """Keep what was produced (keyed, so safe), then release the lease without counting a stall."""
+    """Keep what was produced (keyed, so safe), then release the lease without counting a stall;
+    the release is retried while the lease lives (Redis may be coming back)."""
     with contextlib.suppress(LeaseLost, redis.RedisError):
         ctx._commit(None)
+    lease_left = ctx.lease.expires_at - time.time()  # Redis time; only bounds how long we try
+    deadline = time.monotonic() + max(0.0, min(lease_left, rt.settings.lease_ttl) - 1.0)
     try:
-        state = rt.queue.release(ctx.task_id, token=ctx.lease.token, worker=rt.worker_name,
-                                 count_stall=False, reason=reason)
+        state = with_patience(lambda: rt.queue.release(ctx.task_id, token=ctx.lease.token,
+                                                       worker=rt.worker_name, count_stall=False,
+                                                       reason=reason), deadline)
     except redis.RedisError as exc:
         log.warning("could not release task %s (%s): its lease will expire", ctx.task_id, exc)
         return "abandoned"
@@ -90,5 +110,9 @@ def _fail(ctx: DurableContext, rt: Services, error: str, retry: bool) -> str:
         result = rt.queue.fail(ctx.lease, error, retry=retry)
     except LeaseLost:
         return "lost"
+    except redis.RedisError as exc:
+        if not is_infrastructure_error(exc):
+            raise
+        return _hand_back(ctx, rt, f"Redis unavailable while failing ({exc}); not counted")
     log.warning("task %s failed (%s): %s", ctx.task_id, result, error)
     return f"failed:{result}"

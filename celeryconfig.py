@@ -76,21 +76,22 @@ task_routes = {"celery_ha.maintenance.*": {"queue": _maintenance_queue, "routing
 imports = ["tasks.fetch", "tasks.crawl", "tasks.maintenance",
            *[m.strip() for m in _settings.extra_imports.split(",") if m.strip()]]
 
-# --- beat: maintenance (each job takes a short Redis lock, so two beats are harmless)
+# --- beat: maintenance (each job takes a short Redis lock, so two beats are harmless). No `expires`:
+# Celery would judge it by the clocks of beat and of the worker; a stale sweep skips itself instead.
 beat_schedule = {
     "celery-ha-sweep": {
         "task": "celery_ha.maintenance.sweep",
         "schedule": _settings.reclaim_interval,
-        "options": {"queue": _maintenance_queue, "expires": max(1.0, _settings.reclaim_interval * 2)},
+        "options": {"queue": _maintenance_queue},
     },
     "celery-ha-dead-letters": {
         "task": "celery_ha.maintenance.dead_letters",
         "schedule": 300.0,
-        "options": {"queue": _maintenance_queue, "expires": 600.0},
+        "options": {"queue": _maintenance_queue},
     },
     "celery-ha-proxy-health": {
         "task": "celery_ha.maintenance.proxy_health",
         "schedule": 60.0,
-        "options": {"queue": _maintenance_queue, "expires": 120.0},
+        "options": {"queue": _maintenance_queue},
     },
 }

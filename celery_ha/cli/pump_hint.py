@@ -1,8 +1,9 @@
 """Ask a running worker to pump now, so freshly queued tasks start at once.
 
 Without it, new tasks wait for the next pump: after some task finishes, or beat's sweep (every
-``CELERY_HA_RECLAIM_INTERVAL``). The CLI sends one ``celery_ha.maintenance.pump`` message (it expires
-quickly and is idempotent) — only when a live worker exists, so an idle broker never piles them up.
+``CELERY_HA_RECLAIM_INTERVAL``). The CLI sends one ``celery_ha.maintenance.pump`` message (idempotent,
+and without a Celery expiry, which would depend on the clocks of this host and the worker's) — only
+when a live worker exists, so an idle broker never piles them up.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def kick_pump(client: redis.Redis, namespace: str, broker_url: str, settings: Se
                         broker_transport_options=broker.transport_options, broker_use_ssl=broker.use_ssl)
         with app.connection_for_write() as conn:
             queue = broker_queue(namespace, MAINTENANCE)
-            app.send_task(PUMP_TASK, queue=queue, routing_key=queue, expires=60, connection=conn, retry=False)
+            app.send_task(PUMP_TASK, queue=queue, routing_key=queue, connection=conn, retry=False)
         return True
     except Exception as exc:  # a hint, not a requirement: the next sweep pumps anyway
         log.debug("pump kick failed: %s", exc)

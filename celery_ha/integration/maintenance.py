@@ -32,11 +32,16 @@ def last_sweep_age(rt: Services) -> float:
 def sweep(app: Any, rt: Services | None = None, source: str = "beat") -> dict[str, Any] | None:
     """Reclaim expired leases, promote due retries, re-dispatch lost messages and refill the window.
 
-    Returns a summary, or None when another process holds the sweep lock.
+    Returns a summary, or None when another process holds the sweep lock. Beat's messages carry no
+    expiry (that would be judged by the clocks of beat and of the worker); instead a beat sweep that
+    arrives within half a reclaim interval of the last sweep (Redis clock) is skipped, so a backlog of
+    them after an outage costs two reads each.
     """
     rt = rt or services()
     s = rt.settings
     keys = QueueKeys(s.namespace)
+    if source == "beat" and last_sweep_age(rt) < s.reclaim_interval / 2:
+        return {"skipped": "a sweep ran less than half a reclaim interval ago", "source": source}
     with short_lock(rt.client, keys.lock("sweep"), ttl=max(2.0, s.reclaim_interval)) as got:
         if not got:
             return None

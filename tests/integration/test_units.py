@@ -4,6 +4,7 @@ maintenance lock, fetch classification, the demo site and start-up configuration
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -219,6 +220,20 @@ def test_maintenance_lock_makes_concurrent_sweeps_harmless(rt: Runtime) -> None:
     assert result == {"reclaimed": 0, "sent": 1, "source": "beat"}
     assert rt.client.hget(rt.queue.keys.meta, "last_sweep")
     assert not rt.client.exists(key)
+
+
+def test_beat_messages_carry_no_expiry_and_a_stale_beat_sweep_skips_itself(rt: Runtime) -> None:
+    """No Celery `expires` (it would depend on beat's and the worker's clocks): a beat sweep that
+    arrives right after another one (Redis clock) skips; the watchdog's and the first one run."""
+    code = ("import celeryconfig, json; "
+            "print(json.dumps([e['options'] for e in celeryconfig.beat_schedule.values()]))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env=_celery_env())
+    assert out.returncode == 0, out.stderr
+    assert all("expires" not in options for options in json.loads(out.stdout))
+    app = FakeApp()
+    assert sweep(app, rt, source="beat")["source"] == "beat" and "skipped" not in sweep(app, rt, "watchdog")
+    assert "skipped" in sweep(app, rt, source="beat")
 
 
 def test_proxy_health_hook_is_skipped_without_url_or_proxies(rt: Runtime) -> None:

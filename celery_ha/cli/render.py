@@ -13,7 +13,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from celery_ha.redisio.urls import mask_url
+from celery_ha.redisio.urls import mask_prefix, mask_url
+
+#: Most characters a table cell shows (a checkpoint or meta can be tens of KB; ``--json`` prints all).
+CELL_CHARS = 2000
+#: How far past the shown width masking reads: a long password shrinks to ``***``, and the text after
+#: it should still show. Past that a cut credential is masked whole (see mask_prefix).
+MASK_SLACK = 2048
 
 
 def console(stderr: bool = False) -> Console:
@@ -40,10 +46,29 @@ def when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def shown(text: str, width: int, more: str = "…") -> str:
+    """``text`` masked and cut to ``width`` characters (then ending in ``more``).
+
+    Reads at most ``width + MASK_SLACK`` characters of ``text``, however long it is.
+    """
+    limit = width + MASK_SLACK
+    value = mask_prefix(text, limit)
+    if len(value) <= width and len(text) <= limit:
+        return value
+    return value[: max(width - len(more), 0)] + more
+
+
 def short(text: Any, width: int = 60) -> str:
     """Masked text cut to ``width`` characters for a table cell."""
-    value = mask_url("" if text is None else str(text))
-    return value if len(value) <= width else value[: width - 1] + "…"
+    return shown("" if text is None else str(text), width)
+
+
+def cell(value: Any, width: int = CELL_CHARS) -> str:
+    """A table cell: '-' for nothing, else the masked text, at most ``width`` characters of it."""
+    if value is None or value == "":
+        return "-"
+    text = str(value)
+    return shown(text, width, f"… ({len(text):,} characters in all)")
 
 
 def kv_table(rows: Mapping[str, Any] | Iterable[tuple[str, Any]], title: str | None = None) -> Table:
@@ -53,7 +78,7 @@ def kv_table(rows: Mapping[str, Any] | Iterable[tuple[str, Any]], title: str | N
     table.add_column()
     items = rows.items() if isinstance(rows, Mapping) else rows
     for key, value in items:
-        table.add_row(str(key), mask_url("-" if value is None or value == "" else str(value)))
+        table.add_row(str(key), cell(value))
     return table
 
 
@@ -63,7 +88,7 @@ def grid(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: str | Non
     for i, header in enumerate(headers):
         table.add_column(header, overflow="fold", no_wrap=i == 0)
     for row in rows:
-        table.add_row(*(mask_url("-" if v is None or v == "" else str(v)) for v in row))
+        table.add_row(*(cell(v) for v in row))
     return table
 
 

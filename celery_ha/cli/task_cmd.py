@@ -6,9 +6,14 @@ from typing import Any
 
 import click
 
+from celery_ha.base.errors import TaskNotFound
 from celery_ha.cli.context import CLIContext, pass_cli
-from celery_ha.cli.render import console, echo_json, kv_table, when
+from celery_ha.cli.render import console, echo_json, kv_table, shown, when
 from celery_ha.state import TaskInfo
+
+#: Longest id quoted back in full when it is unknown (real ids have 12 characters; a pasted blob of
+#: 100 KB is not echoed back whole).
+ID_SHOWN = 64
 
 
 def task_rows(info: TaskInfo, checkpoint: dict[str, Any] | None) -> list[tuple[str, Any]]:
@@ -24,7 +29,13 @@ def task_rows(info: TaskInfo, checkpoint: dict[str, Any] | None) -> list[tuple[s
 
 
 def show_task(obj: CLIContext, task_id: str, as_json: bool) -> TaskInfo:
-    info = obj.queue.get(task_id)
+    try:
+        info = obj.queue.get(task_id)
+    except TaskNotFound:
+        if len(task_id) <= ID_SHOWN:
+            raise
+        raise TaskNotFound(f"no task {shown(task_id, ID_SHOWN)!r} ({len(task_id):,} characters) in namespace "
+                           f"{obj.namespace!r}") from None
     checkpoint = obj.queue.checkpoint(task_id)
     if as_json:
         echo_json({**info.as_dict(), "checkpoint": checkpoint})

@@ -7,6 +7,7 @@ queue, the proxy pool, the settings and the CLI can never disagree about what is
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -35,6 +36,8 @@ def check_url(url: Any) -> str:
         raise PayloadTooLarge(f"URL is longer than {MAX_URL_BYTES} bytes")
     if any(c.isspace() for c in url):
         raise InvalidInput(f"URL contains whitespace: {url[:200]!r}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in url):
+        raise InvalidInput(f"URL contains a control character: {url[:200]!r}")
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -119,6 +122,19 @@ def parse_rate(rate: object, what: str = "rate") -> tuple[int, float]:
     if n < 1 or not (0 < w <= MAX_RATE_WINDOW):
         raise InvalidInput(f"bad {what} {rate!r}: need at least 1 request per 0-{MAX_RATE_WINDOW} seconds")
     return n, w
+
+
+#: Longest lease a caller may ask for (seconds): a week, far beyond any crawl step.
+MAX_LEASE_SECONDS = 7 * 86400
+
+
+def check_seconds(name: str, value: Any, low: float = 0.001, high: float = MAX_LEASE_SECONDS) -> float:
+    """A finite number of seconds in [low, high] (a TTL, a wait); bools and NaN/inf refused."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(f"{name} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or not low <= value <= high:
+        raise InvalidInput(f"{name} must be between {low:g} and {high:g} seconds, got {value!r}")
+    return float(value)
 
 
 def check_int(name: str, value: Any, low: int, high: int) -> int:

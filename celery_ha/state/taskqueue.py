@@ -26,6 +26,7 @@ from celery_ha.base.validation import (
     MAX_ITEM_BYTES,
     MAX_META_BYTES,
     check_int,
+    check_seconds,
     check_task_name,
     dumps_capped,
 )
@@ -144,7 +145,9 @@ class TaskQueue:
 
     # ------------------------------------------------------------------ leases
     def _ttl_ms(self, ttl: float | None) -> int:
-        return int((self.lease_ttl if ttl is None else ttl) * 1000)
+        """A lease's length in ms; a caller's ``ttl`` must be positive and finite (a negative one would
+        grant a lease that expired before it was granted)."""
+        return int((self.lease_ttl if ttl is None else check_seconds("ttl", ttl)) * 1000)
 
     def claim(self, task_id: str, worker: str, ttl: float | None = None) -> Lease | None:
         """Claim a queued or dispatched task; None when it is not claimable (running elsewhere,

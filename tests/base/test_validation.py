@@ -10,6 +10,7 @@ from celery_ha.base.errors import InvalidInput
 from celery_ha.base.validation import (
     canonical_url,
     check_namespace,
+    check_seconds,
     check_task_name,
     check_url,
     parse_rate,
@@ -50,3 +51,15 @@ def test_rates() -> None:
     for bad in ("5", "0/60", "5/0", "5/60\n7", (1.5, 3), "a/b"):
         with pytest.raises(InvalidInput):
             parse_rate(bad)
+
+
+@pytest.mark.parametrize("url", ["http://exa\x00mple.com/x", "http://example.com/a\x07b", "http://e.com/\x7f"])
+def test_control_characters_are_refused_in_urls(url: str) -> None:
+    with pytest.raises(InvalidInput, match="control character"):
+        check_url(url)
+
+
+@pytest.mark.parametrize("bad", [-100, 0, float("nan"), float("inf"), True, "5", 10**9])
+def test_seconds_must_be_positive_finite_and_bounded(bad: object) -> None:
+    with pytest.raises(InvalidInput):
+        check_seconds("ttl", bad)

@@ -548,3 +548,16 @@ def test_scripts_answer_refusal_codes(q: TaskQueue) -> None:
     q.claim(queued, "w")
     assert q._run("claim_next", "w", 1000, 100) == Refusal.EMPTY
     assert q.get(running).state == TaskState.RUNNING == "running"
+
+
+@pytest.mark.parametrize("ttl", [-100, 0, float("nan"), float("inf")])
+def test_a_claim_refuses_a_non_positive_or_non_finite_ttl_and_writes_nothing(redis_url: str, r: redis.Redis,
+                                                                               ttl: float) -> None:
+    q = TaskQueue.from_url(redis_url, namespace="ttl")
+    tid = q.enqueue("https://example.com/ttl")
+    before = r.hget(q.keys.tasks, tid)
+    with pytest.raises(InvalidInput):
+        q.claim(tid, "w1", ttl=ttl)
+    with pytest.raises(InvalidInput):
+        q.claim_next("w1", ttl=ttl)
+    assert r.hget(q.keys.tasks, tid) == before and q.get(tid).state == "queued"

@@ -11,7 +11,7 @@ from celery_ha.base.errors import InvalidInput
 from celery_ha.base.validation import PRIORITY_RANGE, check_task_name, check_url
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.cli.pump_hint import kick_pump
-from celery_ha.cli.render import echo_json, read_lines
+from celery_ha.cli.render import echo_json, read_lines, stream_name
 
 
 def _meta(text: str | None) -> dict[str, Any] | None:
@@ -30,7 +30,7 @@ def _meta(text: str | None) -> dict[str, Any] | None:
 
 @click.command("enqueue")
 @click.argument("urls", nargs=-1, metavar="[URL]...")
-@click.option("-f", "--file", "source", type=click.File("r", encoding="utf-8"), metavar="FILE",
+@click.option("-f", "--file", "source", type=click.File("rb"), metavar="FILE",
               help="Read URLs from FILE, one per line ('-' = stdin); blank lines and # comments skipped.")
 @click.option("--task", default="fetch_page", show_default=True, help="Durable task that handles each URL.")
 @click.option("--priority", type=click.IntRange(*PRIORITY_RANGE), default=0, show_default=True,
@@ -44,7 +44,7 @@ def _meta(text: str | None) -> dict[str, Any] | None:
               help="Ask a live worker to dispatch the new tasks now (else the next sweep does).")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
 @pass_cli
-def command(obj: CLIContext, urls: tuple[str, ...], source: IO[str] | None, task: str, priority: int,
+def command(obj: CLIContext, urls: tuple[str, ...], source: IO[bytes] | None, task: str, priority: int,
             meta_json: str | None, no_dedup: bool, max_attempts: int | None, batch_size: int, pump: bool,
             as_json: bool) -> None:
     """Queue URLs for crawling: `enqueue URL...` or `enqueue -f FILE`.
@@ -61,8 +61,8 @@ def command(obj: CLIContext, urls: tuple[str, ...], source: IO[str] | None, task
     meta = _meta(meta_json)
     lines: list[tuple[str, str]] = [(f"argument {i}", u) for i, u in enumerate(urls, 1)]
     if source is not None:
-        name = "stdin" if source.name == "<stdin>" else source.name
-        lines += [(f"{name} line {n}", text) for n, text in read_lines(source)]
+        name = stream_name(source)
+        lines += [(f"{name} line {n}", text) for n, text in read_lines(source, name)]
     for where, url in lines:
         try:
             check_url(url)

@@ -9,7 +9,7 @@ import click
 from celery_ha.base.errors import InvalidInput
 from celery_ha.base.settings import Settings
 from celery_ha.cli.context import CLIContext, pass_cli
-from celery_ha.cli.render import console, echo_json, grid, read_lines, when
+from celery_ha.cli.render import console, echo_json, grid, read_lines, stream_name, when
 from celery_ha.redisio.urls import mask_url
 
 STATES = ("avail", "new", "tban", "pban")
@@ -56,23 +56,24 @@ def add(obj: CLIContext, urls: tuple[str, ...], source: str, ttl: float | None, 
 
 
 @command.command("import")
-@click.argument("file", type=click.File("r", encoding="utf-8"))
+@click.argument("file", type=click.File("rb"))
 @_add_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_cli
-def import_(obj: CLIContext, file: IO[str], source: str, ttl: float | None, verify: bool,
+def import_(obj: CLIContext, file: IO[bytes], source: str, ttl: float | None, verify: bool,
             as_json: bool) -> None:
     """Add proxies from FILE, one URL per line ('-' = stdin; blank lines and # comments skipped)."""
-    lines = read_lines(file)
+    name = stream_name(file)
+    lines = read_lines(file, name)
     if not lines:
-        raise click.UsageError(f"no proxy URLs in {file.name}")
+        raise click.UsageError(f"no proxy URLs in {name}")
     from celery_ha.proxy import parse_proxy_url
 
     for number, text in lines:
         try:
             parse_proxy_url(text)
         except InvalidInput as exc:
-            raise InvalidInput(f"line {number}: {exc}") from None
+            raise InvalidInput(f"{name} line {number}: {exc}") from None
     _report(obj.pool.add_many([t for _, t in lines], source=source, ttl=ttl, verify=verify), as_json)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import sys
@@ -13,6 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from celery_ha.base.errors import InvalidInput
 from celery_ha.redisio.urls import mask_prefix, mask_url
 
 #: Most characters a table cell shows (a checkpoint or meta can be tens of KB; ``--json`` prints all).
@@ -92,14 +94,31 @@ def grid(headers: Sequence[str], rows: Iterable[Sequence[Any]], title: str | Non
     return table
 
 
-def read_lines(stream: Iterable[str]) -> list[tuple[int, str]]:
+def stream_name(stream: object) -> str:
+    """How a message names an input: ``stdin`` for standard input (also without a ``name``)."""
+    name = getattr(stream, "name", None)
+    return "stdin" if name in (None, "<stdin>", "-", 0) else str(name)
+
+
+def read_lines(stream: Iterable[bytes | str], name: str = "input") -> list[tuple[int, str]]:
     """(line number, text) of a URL list: blank lines and full-line ``#`` comments skipped.
 
-    Only whole-line comments: ``#`` inside a URL is a fragment, not a comment.
+    Only whole-line comments: ``#`` inside a URL is a fragment, not a comment. Read as bytes, so a
+    file that is not UTF-8 text (or holds NUL bytes: a binary file) is refused naming its line, and a
+    UTF-8 byte-order mark (as some editors write) is dropped instead of spoiling line 1.
     """
     out = []
     for number, line in enumerate(stream, 1):
-        text = line.strip()
+        raw = line.encode("utf-8", "surrogateescape") if isinstance(line, str) else line
+        if number == 1 and raw.startswith(codecs.BOM_UTF8):
+            raw = raw[len(codecs.BOM_UTF8):]
+        if b"\0" in raw:
+            raise InvalidInput(f"{name} line {number}: a NUL byte (is this a binary file?)")
+        try:
+            text = raw.decode("utf-8").strip()
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(f"{name} line {number}: not UTF-8 text (byte {raw[exc.start]:#04x} at "
+                               f"column {exc.start + 1})") from None
         if text and not text.startswith("#"):
             out.append((number, text))
     return out

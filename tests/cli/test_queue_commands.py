@@ -204,3 +204,20 @@ def test_purge_removes_only_the_namespace(redis_url: str, r: redis.Redis) -> Non
     assert result.exit_code == 0 and "purged namespace a" in result.stdout
     assert not r.keys("cha:{a}:*")
     assert r.exists("cha:{ab}:tasks") and r.get("unrelated") == "1"
+
+
+def test_enqueue_file_with_a_bom_binary_or_non_utf8_bytes(redis_url: str, q: TaskQueue,
+                                                           tmp_path: Path) -> None:
+    """A UTF-8 BOM is dropped; non-UTF-8 or binary content is one line naming the line; nothing queued."""
+    bom = tmp_path / "bom.txt"
+    bom.write_bytes(b"\xef\xbb\xbfhttps://example.com/bom\n")
+    assert cli(redis_url, "enqueue", "-f", str(bom)).exit_code == 0
+    assert q.ready_ids() == [task_id_for("fetch_page", "https://example.com/bom")]
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes(b"https://example.com/ok\nhttps://example.com/caf\xe9\n")
+    line = assert_one_line_error(cli(redis_url, "enqueue", "-f", str(latin)), code=1, contains="line 2")
+    assert "UTF-8" in line
+    binary = tmp_path / "blob.bin"
+    binary.write_bytes(b"https://example.com/a\n\x00\x01\x02garbage\n")
+    assert_one_line_error(cli(redis_url, "enqueue", "-f", str(binary)), code=1, contains="NUL")
+    assert q.stats()["queued"] == 1  # only the BOM file's URL

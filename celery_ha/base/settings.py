@@ -78,6 +78,16 @@ def _text(name: str, text: str) -> str:
     return text
 
 
+def _basic_auth(name: str, text: str) -> str:
+    """``user:password`` (or several, comma-separated), as Flower's ``--basic-auth`` takes them."""
+    for part in text.split(","):
+        user, sep, password = part.partition(":")
+        if not (sep and user.strip() and password):
+            raise ConfigurationError(f"{name} must be USER:PASSWORD (several: comma-separated); "
+                                     "got an entry without a user or a password")
+    return text
+
+
 def _flag(name: str, text: str) -> bool:
     lowered = text.lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -117,6 +127,7 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "debug": ("CELERY_HA_DEBUG", _flag),
     "obey_robots": ("CELERY_HA_OBEY_ROBOTS", _flag),
     "direct_when_empty": ("CELERY_HA_DIRECT_WHEN_EMPTY", _flag),
+    "flower_auth": ("CELERY_HA_FLOWER_AUTH", _basic_auth),
 }
 
 
@@ -154,6 +165,8 @@ class Settings:
     debug: bool = False  # CELERY_HA_DEBUG: the CLI prints tracebacks
     obey_robots: bool = True  # CELERY_HA_OBEY_ROBOTS: ctx.fetch honours robots.txt (cached per domain)
     direct_when_empty: bool = False  # CELERY_HA_DIRECT_WHEN_EMPTY: fetch directly when every proxy is out
+    # CELERY_HA_FLOWER_AUTH, "user:password": Flower's basic auth in `celery-ha up`; "" = generated once
+    flower_auth: str = field(default="", repr=False)
 
 
     @classmethod

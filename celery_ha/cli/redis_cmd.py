@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
+import redis
+from redis.exceptions import NoPermissionError
 
 from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.cli.errors import one_line
 from celery_ha.cli.render import console, echo_json, kv_table
+from celery_ha.redisio.client import redis_client
 from celery_ha.redisio.memory_policy import eviction_policy, eviction_warning
 from celery_ha.redisio.sentinel import is_sentinel_url, sentinel_view
 from celery_ha.redisio.urls import mask_url
@@ -25,6 +31,32 @@ def _embedded(obj: CLIContext) -> EmbeddedRedis:
     return EmbeddedRedis(obj.settings.data_dir)
 
 
+def _client(obj: CLIContext) -> redis.Redis:
+    """The shared client, or, for a user that may not PING (ACL), one without the PING check: the
+    server answered and took the credentials, which is all "reachable" means here."""
+    try:
+        return obj.client
+    except NoPermissionError:
+        return redis_client(obj.redis_url, socket_connect_timeout=5, socket_timeout=30)
+
+
+def _server_fields(client: redis.Redis, problems: list[str]) -> dict[str, Any]:
+    """INFO fields and DBSIZE, each read on its own: an ACL user without +info still gets the key
+    count; whatever is refused is added to ``problems`` (one line each) instead of failing."""
+    data: dict[str, Any] = {}
+    try:
+        info = client.info()
+        data.update(version=info.get("redis_version"), used_memory=info.get("used_memory_human"),
+                    aof_enabled=bool(info.get("aof_enabled")))
+    except redis.ResponseError as exc:  # NOPERM and friends; a lost connection still fails the command
+        problems.append(f"cannot read INFO (version, memory, AOF): {one_line(str(exc))}")
+    try:
+        data["keys"] = client.dbsize()
+    except redis.ResponseError as exc:
+        problems.append(f"cannot read DBSIZE (keys): {one_line(str(exc))}")
+    return data
+
+
 @command.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @pass_cli
@@ -32,40 +64,50 @@ def status(obj: CLIContext, as_json: bool) -> None:
     """Show whether Redis runs, where, its pid, data directory, keys and memory.
 
     Behind Sentinel (a sentinel:// URL): the master the sentinels name, its replicas and their lag,
-    and how many sentinels answer.
+    and how many sentinels answer. A Redis user that may not run INFO (or DBSIZE) still gets the rest,
+    plus one line per field that could not be read.
     """
+    problems: list[str] = []
     if obj.external and is_sentinel_url(obj.redis_url):
         data = {"url": mask_url(obj.redis_url),
                 **sentinel_view(obj.redis_url, obj.settings.sentinel_master,
                                 obj.settings.sentinel_password or None)}
         data["running"] = data["master"] is not None
         if data["running"]:
-            info = obj.client.info()
-            data.update(version=info.get("redis_version"), keys=obj.client.dbsize(),
-                        used_memory=info.get("used_memory_human"), aof_enabled=bool(info.get("aof_enabled")))
+            data.update(_server_fields(_client(obj), problems))
         data["replicas"] = "; ".join(data["replicas"]) or "none"
     elif obj.external:
-        info = obj.client.info()
-        data = {"mode": "external", "running": True, "url": mask_url(obj.redis_url),
-                "version": info.get("redis_version"), "keys": obj.client.dbsize(),
-                "used_memory": info.get("used_memory_human"),
-                "aof_enabled": bool(info.get("aof_enabled"))}
+        client = _client(obj)
+        data = {"mode": "external", "running": True, "reachable": True, "url": mask_url(obj.redis_url),
+                **_server_fields(client, problems)}
     else:
-        data = {"mode": "embedded", **_embedded(obj).status().as_dict()}
+        st = _embedded(obj).status()
+        problems += st.problems
+        data = {"mode": "embedded", **st.as_dict()}
+        data.pop("problems", None)
+        if st.running and not str(data.get("auth", "password")).startswith("password"):
+            problems.append("the embedded Redis has no password (started by an older celery-ha): "
+                            "`celery-ha redis stop` then `celery-ha redis start` restarts it secured")
     if data.get("running"):
-        policy = eviction_policy(obj.client)
+        policy = eviction_policy(_client(obj))
         data["maxmemory_policy"] = policy or "unknown (CONFIG and INFO refused)"
         warning = eviction_warning(policy)
         if warning:
             data["warning"] = warning
             if not as_json:
                 click.echo(f"Warning: {warning}", err=True)
+    if problems:
+        data["problems"] = problems
+        if not as_json:
+            for problem in problems:
+                click.echo(f"Note: {problem}", err=True)
     if as_json:
         echo_json(data)
         return
     if not data["running"]:
         data = {**data, "hint": "starts on demand with any celery-ha command, or `celery-ha redis start`"}
-    console().print(kv_table(data, title="Redis"))
+    rows = {k: v for k, v in data.items() if k != "problems"}
+    console().print(kv_table(rows, title="Redis"))
 
 
 @command.command("start")
@@ -75,7 +117,8 @@ def start(obj: CLIContext) -> None:
     if obj.external:
         raise click.UsageError("CELERY_HA_REDIS_URL/--redis-url names an external Redis; nothing to start")
     url = _embedded(obj).ensure_running()
-    click.echo(f"embedded Redis running at {url} (data in {_embedded(obj).data_dir})")
+    click.echo(f"embedded Redis running at {mask_url(url)} (data in {_embedded(obj).data_dir}; "
+               "password in redis.password there)")
 
 
 @command.command("stop")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import secrets
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
@@ -11,6 +13,7 @@ import click
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.redisio.urls import mask_url
 from celery_ha.runtime.embedded import EmbeddedRedis
+from celery_ha.runtime.redis_process import create_secret, secure_dir
 from celery_ha.runtime.supervisor import Supervisor, celery_argv
 
 #: A child that keeps dying is given up on after this many restarts within RESTART_WINDOW seconds.
@@ -28,6 +31,78 @@ def child_env(obj: CLIContext, **extra: str) -> dict[str, str]:
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.update(extra)
     return env
+
+
+#: The user of a generated Flower login.
+FLOWER_USER = "celery-ha"
+#: Where a generated Flower login is kept (in the data directory, mode 0600).
+FLOWER_AUTH_FILE = "flower.auth"
+
+
+@dataclass(frozen=True)
+class FlowerAuth:
+    """Flower's basic-auth credentials (``user:password[,user:password]``) and where they came from."""
+
+    credentials: str = field(repr=False)
+    source: str  # "CELERY_HA_FLOWER_AUTH", "FLOWER_BASIC_AUTH" or the file path
+    generated: bool = False  # created just now: the one time its password is shown
+
+    @property
+    def users(self) -> str:
+        return ", ".join(part.partition(":")[0] for part in self.credentials.split(","))
+
+
+def flower_auth(obj: CLIContext, data_dir: Path) -> FlowerAuth:
+    """``CELERY_HA_FLOWER_AUTH``, else Flower's own ``FLOWER_BASIC_AUTH``, else a login generated once
+    and kept in ``DATA_DIR/flower.auth`` (0600, in the 0700 data directory)."""
+    if obj.settings.flower_auth:
+        return FlowerAuth(obj.settings.flower_auth, "CELERY_HA_FLOWER_AUTH")
+    if os.environ.get("FLOWER_BASIC_AUTH"):
+        return FlowerAuth(os.environ["FLOWER_BASIC_AUTH"], "FLOWER_BASIC_AUTH")
+    path = secure_dir(data_dir) / FLOWER_AUTH_FILE
+    credentials, created = create_secret(path, lambda: f"{FLOWER_USER}:{secrets.token_urlsafe(18)}")
+    user, sep, password = credentials.partition(":")
+    if not (sep and user and password):
+        raise click.ClickException(f"{path} must hold USER:PASSWORD; delete it to generate a new login")
+    return FlowerAuth(credentials, str(path), generated=created)
+
+
+def build_plan(obj: CLIContext, app: str, env: dict[str, str], data_dir: Path, *, concurrency: int | None,
+               loglevel: str, no_beat: bool, no_flower: bool, flower_port: int,
+               auth: FlowerAuth | None) -> list[tuple[str, list[str], dict[str, str]]]:
+    """The children ``up`` supervises: (name, argv, environment) each.
+
+    Flower gets its login through ``FLOWER_BASIC_AUTH`` in its own environment, which Flower reads
+    like ``--basic-auth``: a command line is readable by every local user (``ps``, /proc/PID/cmdline),
+    a process's environment only by its owner.
+    """
+    node = f"worker-{obj.namespace}-{os.getpid()}@%h"
+    worker = ["worker", "--loglevel", loglevel, "-n", node]
+    if concurrency:
+        worker += ["--concurrency", str(concurrency)]
+    plan: list[tuple[str, list[str], dict[str, str]]] = [("worker", celery_argv(app, *worker), env)]
+    if not no_beat:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        schedule = data_dir / f"celerybeat-schedule-{obj.namespace}"
+        plan.append(("beat", celery_argv(app, "beat", "--loglevel", loglevel, "-s", str(schedule)), env))
+    if not no_flower:
+        assert auth is not None
+        plan.append(("flower", celery_argv(app, "flower", f"--port={flower_port}", "--address=127.0.0.1"),
+                     {**env, "FLOWER_BASIC_AUTH": auth.credentials}))
+    return plan
+
+
+def _announce_flower(auth: FlowerAuth, port: int) -> None:
+    click.echo(f"  Flower: http://127.0.0.1:{port} (basic auth, user {auth.users})")
+    if auth.generated:
+        user, _, password = auth.credentials.partition(":")
+        click.echo(f"  Flower login generated now, shown this once: user {user}  password {password}\n"
+                   f"    kept in {auth.source} (mode 0600); set CELERY_HA_FLOWER_AUTH=user:password to "
+                   "choose your own")
+    elif auth.source.startswith("/"):
+        click.echo(f"    password in {auth.source}")
+    else:
+        click.echo(f"    password from ${auth.source}")
 
 
 @click.command("up")
@@ -49,30 +124,26 @@ def command(obj: CLIContext, concurrency: int | None, no_flower: bool, no_beat: 
     """
     url = obj.redis_url  # starts the embedded Redis now, before any child races to do it
     obj.client.ping()  # an unreachable Redis is one clear line here, not five crashing children
-    data_dir = EmbeddedRedis(obj.settings.data_dir).data_dir
+    embedded = EmbeddedRedis(obj.settings.data_dir)
+    data_dir = embedded.data_dir
+    auth = None if no_flower else flower_auth(obj, data_dir)
     env = child_env(obj)
-    node = f"worker-{obj.namespace}-{os.getpid()}@%h"
-    worker = ["worker", "--loglevel", loglevel, "-n", node]
-    if concurrency:
-        worker += ["--concurrency", str(concurrency)]
-    plan: list[tuple[str, list[str]]] = [("worker", celery_argv(app, *worker))]
-    if not no_beat:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        schedule = data_dir / f"celerybeat-schedule-{obj.namespace}"
-        plan.append(("beat", celery_argv(app, "beat", "--loglevel", loglevel, "-s", str(schedule))))
-    if not no_flower:
-        plan.append(("flower", celery_argv(app, "flower", f"--port={flower_port}", "--address=127.0.0.1")))
+    plan = build_plan(obj, app, env, data_dir, concurrency=concurrency, loglevel=loglevel, no_beat=no_beat,
+                      no_flower=no_flower, flower_port=flower_port, auth=auth)
 
     click.echo(f"celery-ha up: Redis {mask_url(url)}, namespace {obj.namespace}")
+    if not obj.external and embedded.secured is False:
+        click.echo("Warning: the embedded Redis has no password (started by an older celery-ha); stop "
+                   "everything and run `celery-ha redis stop` to have it restart secured", err=True)
     sup = Supervisor(stop_timeout=30.0)
     history: list[float] = []
     with sup.running():
         try:
-            for name, argv in plan:
-                child = sup.start(name, argv, env, cwd=Path.cwd())
+            for name, argv, child_environment in plan:
+                child = sup.start(name, argv, child_environment, cwd=Path.cwd())
                 click.echo(f"  started {name} (pid {child.pid})")
-            if not no_flower:
-                click.echo(f"  Flower: http://127.0.0.1:{flower_port}")
+            if auth is not None:
+                _announce_flower(auth, flower_port)
             click.echo("Ctrl-C to stop.")
             while True:
                 for child in sup.exited():

@@ -28,6 +28,18 @@ def sentinels(tmp_path: Path) -> Iterator[SentinelGroup]:
     group.stop()
 
 
+def _diagnosis(cluster, ids: list[str], procs: list) -> str:
+    """What a failed run needs to be understood: unfinished tasks and the tail of every log."""
+    try:
+        left = [(i.id, i.state, i.attempts, i.stalls, i.error) for i in cluster.q.get_many(ids)
+                if i is None or i.state not in ("completed", "dead")][:10]
+    except Exception as exc:
+        left = [f"state unreadable: {exc}"]
+    logs = "\n".join(f"--- {p.args[-1] if hasattr(p, 'args') else p} exit={p.poll()}\n"
+                     f"{cluster.log_text(p)[-1500:]}" for p in procs)
+    return f"unfinished: {left}\n{logs}"
+
+
 def _finished(cluster, ids: list[str]) -> bool:
     infos = cluster.q.get_many(ids)
     return all(info is not None and info.state in ("completed", "dead") for info in infos)
@@ -68,7 +80,10 @@ def test_crawl_drains_exactly_once_across_a_master_kill(make_cluster, site, sent
         except Exception:  # the test's own client may still be finding the new master
             return False
 
-    wait_for(finished_on_new_master, timeout=120, interval=0.5, message="the crawl to drain")
+    try:
+        wait_for(finished_on_new_master, timeout=120, interval=0.5, message="the crawl to drain")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_diagnosis(cluster, ids, [*workers, beat])}") from None
     drained_at = time.monotonic()
 
     items = list(iter_items(cluster.r, cluster.namespace, with_keys=True))
@@ -78,7 +93,8 @@ def test_crawl_drains_exactly_once_across_a_master_kill(make_cluster, site, sent
     assert set(keys) == expected
     dead = {info.url for info in cluster.q.dead(limit=1000)}
     assert dead == {site.case_url(n) for n in GONE}
-    assert all(proc.poll() is None for proc in [*workers, beat]), "a process died and needed a restart"
+    assert all(proc.poll() is None for proc in [*workers, beat]), \
+        f"a process died and needed a restart\n{_diagnosis(cluster, ids, [*workers, beat])}"
     print(f"failover ({min_replicas=}): promoted {promoted_at - killed_at:.1f}s after the kill, first "
           f"task completed on the new master {first_done[0] - killed_at:.1f}s after it, crawl drained "
           f"{drained_at - killed_at:.1f}s after it")
@@ -116,9 +132,12 @@ def test_a_paused_master_that_comes_back_causes_no_duplicate_output(make_cluster
         except Exception:
             return False
 
-    wait_for(finished, timeout=120, interval=0.5, message="the crawl to drain")
+    try:
+        wait_for(finished, timeout=120, interval=0.5, message="the crawl to drain")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_diagnosis(cluster, ids, [*workers, beat])}") from None
     keys = [key for key, _ in iter_items(cluster.r, cluster.namespace, with_keys=True)]
     assert len(keys) == len(set(keys)), "an item was stored twice"
     assert set(keys) == {site.case_url(n) for n in range(PAGES) if n not in GONE}
     assert {info.url for info in cluster.q.dead(limit=1000)} == {site.case_url(n) for n in GONE}
-    assert all(proc.poll() is None for proc in [*workers, beat])
+    assert all(proc.poll() is None for proc in [*workers, beat]), _diagnosis(cluster, ids, [*workers, beat])

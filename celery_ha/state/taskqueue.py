@@ -25,15 +25,20 @@ from celery_ha.base.validation import (
     MAX_ERROR_CHARS,
     MAX_ITEM_BYTES,
     MAX_META_BYTES,
+    MAX_NAME_CHARS,
     check_int,
+    check_item_key,
     check_seconds,
     check_task_name,
+    check_text,
+    clean_message,
     dumps_capped,
+    shown,
 )
 from celery_ha.redisio.client import redis_client
 from celery_ha.redisio.replicas import replica_wait
 from celery_ha.redisio.scripts import ScriptSet
-from celery_ha.state.enqueue_args import MAX_BATCH, RowDefaults, build_rows, grouped
+from celery_ha.state.enqueue_args import MAX_BATCH, Row, RowDefaults, build_rows, grouped
 from celery_ha.state.ids import random_id
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.records import Dispatched, Lease, TaskInfo
@@ -41,6 +46,26 @@ from celery_ha.state.replies import Refusal, dispatched_from, lease_from, raise_
 
 _HERE = Path(__file__).parent
 _RELEASED = {"q": "queued", "x": "dead"}  # release.lua's success replies -> release()'s results
+_MAX_TOKEN = 2**53  # fencing tokens are Lua numbers (doubles): exact up to 2**53
+
+
+def _task_id(task_id: Any) -> str:
+    """A task id as a caller passes it: a short clean string (an unknown one is not an error here)."""
+    return check_text("task id", task_id, MAX_NAME_CHARS)
+
+
+def _worker(worker: Any) -> str:
+    return check_text("worker", worker, MAX_NAME_CHARS)
+
+
+def _held(lease: Any) -> tuple[str, int]:
+    """The (task id, token) of a lease from :meth:`TaskQueue.claim`; InvalidInput for anything else."""
+    if not isinstance(lease, Lease):
+        raise InvalidInput(f"lease must be a Lease from claim(), got {type(lease).__name__}")
+    token = lease.token
+    if type(token) is not int or not 0 < token <= _MAX_TOKEN:
+        raise InvalidInput(f"lease token must be a positive integer, got {shown(token)}")
+    return _task_id(lease.task_id), token
 
 
 class TaskQueue:
@@ -120,14 +145,26 @@ class TaskQueue:
         return [tid for tid, _ in self.enqueue_many_with_status(
             specs, task=task, priority=priority, dedup=dedup, batch_size=batch_size)]
 
+    def task_ids(self, specs: Iterable[str | Mapping[str, Any]], *, task: str | None = None,
+                 priority: int = 0, dedup: bool = True) -> list[str]:
+        """Validate specs exactly as :meth:`enqueue_many` does and return the ids they would get
+        (random ones for ``dedup=False``), writing nothing: InvalidInput for a bad spec."""
+        return [row[0] for row in self._rows(specs, task, priority, dedup)]
+
+    def _rows(self, specs: Iterable[str | Mapping[str, Any]], task: str | None, priority: int,
+              dedup: bool) -> list[Row]:
+        return build_rows(specs, RowDefaults(
+            task or self.default_task, priority, dedup, self.max_attempts, self.max_stalls, self.meta_cap))
+
     def enqueue_many_with_status(self, specs: Iterable[str | Mapping[str, Any]], *,
                                  task: str | None = None, priority: int = 0, dedup: bool = True,
                                  batch_size: int = 1000) -> list[tuple[str, bool]]:
         """Like :meth:`enqueue_many`, with each id paired with True when this call created the task
         and False when it was a duplicate (decided atomically by the server, not by a pre-check)."""
-        rows = build_rows(specs, RowDefaults(
-            task or self.default_task, priority, dedup, self.max_attempts, self.max_stalls, self.meta_cap))
-        batch_size = max(1, min(int(batch_size), MAX_BATCH))
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+            raise InvalidInput(f"batch_size must be an integer, got {shown(batch_size)}")
+        batch_size = max(1, min(batch_size, MAX_BATCH))
+        rows = self._rows(specs, task, priority, dedup)
         created: dict[int, bool] = {}
         for start in range(0, len(rows), batch_size):
             pending = list(range(start, min(start + batch_size, len(rows))))
@@ -152,7 +189,7 @@ class TaskQueue:
     def claim(self, task_id: str, worker: str, ttl: float | None = None) -> Lease | None:
         """Claim a queued or dispatched task; None when it is not claimable (running elsewhere,
         delayed, completed, dead or unknown) — a Celery message for it should then be dropped."""
-        return lease_from(self._run("claim", task_id, worker, self._ttl_ms(ttl)), worker)
+        return lease_from(self._run("claim", _task_id(task_id), _worker(worker), self._ttl_ms(ttl)), worker)
 
     def claim_next(self, worker: str, ttl: float | None = None, wait: float = 0.0) -> Lease | None:
         """Claim the best queued task (highest priority, then FIFO); standalone mode, no Celery.
@@ -161,9 +198,11 @@ class TaskQueue:
         list that enqueue, reclaim and redrive feed, and re-check at least once a second (due
         retries). The claim itself is atomic, so no task is ever handed to two callers.
         """
-        deadline = time.monotonic() + max(0.0, wait)
+        _worker(worker)
+        ttl_ms = self._ttl_ms(ttl)
+        deadline = time.monotonic() + (0.0 if wait == 0 else check_seconds("wait", wait, low=0.0))
         while True:
-            lease = lease_from(self._run("claim_next", worker, self._ttl_ms(ttl), 100), worker)
+            lease = lease_from(self._run("claim_next", worker, ttl_ms, 100), worker)
             if lease is not None:
                 return lease
             remaining = deadline - time.monotonic()
@@ -173,18 +212,20 @@ class TaskQueue:
 
     def renew(self, lease: Lease, ttl: float | None = None) -> Lease:
         """Extend the lease; raise LeaseLost if it is no longer the task's current lease."""
-        expiry = self._run("renew", lease.task_id, lease.token, self._ttl_ms(ttl))
+        task_id, token = _held(lease)
+        expiry = self._run("renew", task_id, token, self._ttl_ms(ttl))
         if refused(expiry):
-            raise_for(expiry, lease.task_id, lease.token)
+            raise_for(expiry, task_id, token)
         lease.expires_at = int(expiry) / 1000.0
         return lease
 
     def save_checkpoint(self, lease: Lease, checkpoint: Mapping[str, Any]) -> None:
         """Store the task's resume point (JSON object, capped) under the lease."""
+        task_id, token = _held(lease)
         text = dumps_capped("checkpoint", checkpoint, self.checkpoint_cap)
-        reply = self._run("checkpoint", lease.task_id, lease.token, text)
+        reply = self._run("checkpoint", task_id, token, text)
         if refused(reply):
-            raise_for(reply, lease.task_id, lease.token)
+            raise_for(reply, task_id, token)
         lease.checkpoint = json.loads(text)
 
     def commit(self, lease: Lease, items: Iterable[tuple[str, Mapping[str, Any]]],
@@ -194,46 +235,56 @@ class TaskQueue:
         A key the sink already holds is ignored, so re-running a page never doubles its output.
         Returns how many items were new; raises LeaseLost (and writes nothing) if the lease is lost.
         """
-        args: list[Any] = [lease.task_id, lease.token,
+        task_id, token = _held(lease)
+        args: list[Any] = [task_id, token,
                            "" if checkpoint is None else dumps_capped("checkpoint", checkpoint,
                                                                       self.checkpoint_cap)]
-        for key, item in items:
-            if not isinstance(key, str) or not key or len(key) > 512:
-                raise InvalidInput(f"item key must be a non-empty string of at most 512 chars: {key!r}")
-            args += [key, dumps_capped("item", item, MAX_ITEM_BYTES)]
+        if isinstance(items, (str, bytes, Mapping)):
+            raise InvalidInput(f"items must be (key, item) pairs, not one {type(items).__name__}")
+        try:
+            pairs = iter(items)
+        except TypeError:
+            raise InvalidInput(f"items must be (key, item) pairs, got {type(items).__name__}") from None
+        for pair in pairs:
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise InvalidInput(f"each item must be a (key, item) pair, got {type(pair).__name__}")
+            key, item = pair
+            args += [check_item_key(key), dumps_capped("item", item, MAX_ITEM_BYTES)]
         added = self._run("commit", *args, keys=[*self._keys, self.keys.items, self.keys.item_log])
         if refused(added):
-            raise_for(added, lease.task_id, lease.token)
+            raise_for(added, task_id, token)
         if checkpoint is not None:
             lease.checkpoint = dict(checkpoint)
         return int(added)
 
     def complete(self, lease: Lease) -> None:
         """Mark the task completed (clears its checkpoint); LeaseLost if the lease is not current."""
-        reply = self._run("complete", lease.task_id, lease.token, self.history_max,
-                          int(self.history_age * 1000))
+        task_id, token = _held(lease)
+        reply = self._run("complete", task_id, token, self.history_max, int(self.history_age * 1000))
         if refused(reply):
-            raise_for(reply, lease.task_id, lease.token)
+            raise_for(reply, task_id, token)
 
     def complete_and_claim(self, lease: Lease, worker: str | None = None, ttl: float | None = None
                            ) -> Lease | None:
         """Complete ``lease``'s task and claim the next queued one in the same script: one round trip
         per task for a busy standalone worker. Returns the next lease, or None when the queue is empty;
         raises LeaseLost (and changes nothing) if ``lease`` is not current."""
-        worker = lease.worker if worker is None else worker
-        reply = self._run("complete_next", lease.task_id, lease.token, self.history_max,
+        task_id, token = _held(lease)
+        worker = _worker(lease.worker if worker is None else worker)
+        reply = self._run("complete_next", task_id, token, self.history_max,
                           int(self.history_age * 1000), worker, self._ttl_ms(ttl), 100)
         if refused(reply):
-            raise_for(reply, lease.task_id, lease.token)
+            raise_for(reply, task_id, token)
         return lease_from(reply[1], worker) if len(reply) > 1 else None
 
     def fail(self, lease: Lease, error: str, retry: bool = True) -> str:
         """Record a failed attempt: 'retry' (back to delayed with backoff) or 'dead'; LeaseLost
         (nothing recorded) if the lease is not current."""
-        reply = self._run("fail", lease.task_id, lease.token, str(error)[:MAX_ERROR_CHARS],
+        task_id, token = _held(lease)
+        reply = self._run("fail", task_id, token, clean_message(error, MAX_ERROR_CHARS),
                           "1" if retry else "0", int(self.backoff_base * 1000), int(self.backoff_cap * 1000))
         if refused(reply):
-            raise_for(reply, lease.task_id, lease.token)
+            raise_for(reply, task_id, token)
         return str(reply[0])
 
     def release(self, task_id: str, *, token: int | None = None, worker: str | None = None,
@@ -244,8 +295,13 @@ class TaskQueue:
         False for a graceful hand-back at shutdown. Returns 'queued', 'dead' or None (not running
         under that token/worker).
         """
+        task_id = _task_id(task_id)
+        if token is not None:
+            check_int("token", token, 1, _MAX_TOKEN)
+        if worker is not None:
+            _worker(worker)
         reply = self._run("release", task_id, "" if token is None else token, worker or "",
-                          "1" if count_stall else "0", reason[:MAX_ERROR_CHARS])
+                          "1" if count_stall else "0", clean_message(reason, MAX_ERROR_CHARS))
         return None if refused(reply) else _RELEASED.get(reply)
 
     def reclaim_expired(self, batch: int = 1000, max_batches: int = 100) -> int:
@@ -282,8 +338,9 @@ class TaskQueue:
         Returns how many moved: for one id 1, or 0 when that task is not dead. An unknown id raises
         TaskNotFound; the script tells the cases apart, so no second lookup races the redrive.
         """
+        batch = check_int("batch", batch, 1, MAX_BATCH)
         if task_id is not None:
-            moved = self._run("redrive", task_id, 1)
+            moved = self._run("redrive", _task_id(task_id), 1)
             if refused(moved):
                 if moved == Refusal.UNKNOWN:
                     raise_for(moved, task_id, namespace=self.namespace)
@@ -309,7 +366,7 @@ class TaskQueue:
 
     def get(self, task_id: str) -> TaskInfo:
         """Snapshot of one task; TaskNotFound if the id is unknown (or its history was trimmed)."""
-        info = self._infos([task_id])[0] if isinstance(task_id, str) and task_id else None
+        info = self._infos([_task_id(task_id)])[0]
         if info is None:
             raise_for(Refusal.UNKNOWN, task_id, namespace=self.namespace)
         return info

@@ -188,6 +188,7 @@ def test_task_with_a_60kb_checkpoint_shows_quickly_and_masked(redis_url: str) ->
 
 def test_task_with_a_huge_unknown_id_is_one_short_line(redis_url: str) -> None:
     for task_id in ("y" * 100_000, "a://" * 25_000, f"redis://u:{SECRET}@h/" + "z" * 100_000):
+        # Ids are capped (256 characters): a huge one is refused as input, in one short masked line.
         line = assert_one_line_error(run(["--redis-url", redis_url, "task", task_id]), code=1,
-                                     contains="no task")
-        assert len(line) < 300 and f"{len(task_id):,} characters" in line
+                                     contains="task id")
+        assert len(line) < 300

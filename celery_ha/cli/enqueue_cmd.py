@@ -12,6 +12,7 @@ from celery_ha.base.validation import PRIORITY_RANGE, check_task_name, check_url
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.cli.pump_hint import kick_pump
 from celery_ha.cli.render import echo_json, read_lines, stream_name
+from celery_ha.state.worker_registry import known_task_names
 
 
 def _meta(text: str | None) -> dict[str, Any] | None:
@@ -35,6 +36,8 @@ def _meta(text: str | None) -> dict[str, Any] | None:
 @click.option("-f", "--file", "source", type=click.File("rb"), metavar="FILE",
               help="Read URLs from FILE, one per line ('-' = stdin); blank lines and # comments skipped.")
 @click.option("--task", default="fetch_page", show_default=True, help="Durable task that handles each URL.")
+@click.option("--allow-unknown-task", is_flag=True,
+              help="Queue even when the live workers do not know --task (e.g. a deployment is on its way).")
 @click.option("--priority", type=click.IntRange(*PRIORITY_RANGE), default=0, show_default=True,
               help="Higher runs first.")
 @click.option("--meta", "meta_json", metavar="JSON", help="JSON object stored with every task (ctx.meta).")
@@ -46,7 +49,8 @@ def _meta(text: str | None) -> dict[str, Any] | None:
               help="Ask a live worker to dispatch the new tasks now (else the next sweep does).")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
 @pass_cli
-def command(obj: CLIContext, urls: tuple[str, ...], source: IO[bytes] | None, task: str, priority: int,
+def command(obj: CLIContext, urls: tuple[str, ...], source: IO[bytes] | None, task: str,
+            allow_unknown_task: bool, priority: int,
             meta_json: str | None, no_dedup: bool, max_attempts: int | None, batch_size: int, pump: bool,
             as_json: bool) -> None:
     """Queue URLs for crawling: `enqueue URL...` or `enqueue -f FILE`.
@@ -60,6 +64,12 @@ def command(obj: CLIContext, urls: tuple[str, ...], source: IO[bytes] | None, ta
         check_task_name(task)
     except InvalidInput as exc:
         raise click.BadParameter(str(exc), param_hint="--task") from None
+    if not allow_unknown_task:
+        known = known_task_names(obj.client, obj.namespace, max_age=obj.settings.lease_ttl)
+        if known is not None and task not in known:
+            raise click.BadParameter(f"the live workers of namespace {obj.namespace!r} do not run {task!r} "
+                                     f"(they run {', '.join(sorted(known)) or 'nothing'}); "
+                                     "--allow-unknown-task queues it anyway", param_hint="--task")
     meta = _meta(meta_json)
     lines: list[tuple[str, str]] = [(f"argument {i}", u) for i, u in enumerate(urls, 1)]
     if source is not None:

@@ -9,7 +9,7 @@ TTL and the sweep cover whatever a hook could not do.
 - ``beat_init``: warn when the state Redis may evict keys.
 - ``worker_process_init`` (pool child): start the lease keeper, registering the child at once.
 - ``worker_process_shutdown`` (pool child): leave the worker registry.
-- ``worker_ready``: fill the window at once (queued work need not wait for beat).
+- ``worker_ready``: register the task names this node runs; fill the window at once.
 - ``task_failure``: fast failover when a pool child died.
 - ``task_unknown``: a message for a task name this worker does not know counts a failed attempt.
 - ``worker_shutting_down`` / ``worker_shutdown``: graceful shutdown.
@@ -32,9 +32,10 @@ from celery_ha.integration.lease_keeper import keeper
 from celery_ha.integration.pump import pump_quietly
 from celery_ha.integration.services import services, set_node
 from celery_ha.integration.shutdown import GracefulShutdown
+from celery_ha.integration.task_spec import REGISTRY
 from celery_ha.integration.unknown_tasks import on_unknown_task
 from celery_ha.redisio.memory_policy import eviction_policy, eviction_warning
-from celery_ha.state.worker_registry import unregister
+from celery_ha.state.worker_registry import register_task_names, unregister
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,10 @@ class WorkerHooks:
         unregister(rt.client, rt.settings.namespace, rt.worker_name)
 
     def worker_ready(self, **_: Any) -> None:
-        pump_quietly(self.app, services())
+        rt = services()
+        # What this node can run, so `celery-ha enqueue` can refuse a misspelt task name.
+        register_task_names(rt.client, rt.settings.namespace, rt.node, list(REGISTRY))
+        pump_quietly(self.app, rt)
 
     def task_failure(self, sender: Any = None, exception: BaseException | None = None, args: Any = None,
                      **_: Any) -> None:

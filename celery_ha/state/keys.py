@@ -33,6 +33,7 @@ class QueueKeys:
         self.item_log = p + "itemlog"  # list: item keys in commit order (for export)
         self.locks = p + "lock:"  # prefix of short maintenance locks
         self.workers = p + "workers"  # zset: worker name -> last heartbeat (ms)
+        self.task_names = p + "tasknames"  # hash: worker node -> JSON list of the task names it runs
         self.meta = p + "meta"  # hash: last sweep time and other bookkeeping
 
     def ready_list(self, priority: int | str) -> str:

@@ -7,6 +7,7 @@ leases themselves (the lease records the holder), so the registry can never disa
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,25 @@ def alive_count(client: redis.Redis, namespace: str, max_age: float) -> int:
     """How many pool processes beat within ``max_age`` seconds (= total worker concurrency)."""
     cutoff = redis_now_ms(client) - int(max_age * 1000)
     return int(client.zcount(QueueKeys(namespace).workers, cutoff, "+inf"))
+
+
+def register_task_names(client: redis.Redis, namespace: str, node: str, names: list[str]) -> None:
+    """Record which task names the worker ``node`` can run (its main process, at start-up)."""
+    client.hset(QueueKeys(namespace).task_names, node, json.dumps(sorted(names)))
+
+
+def known_task_names(client: redis.Redis, namespace: str, max_age: float) -> set[str] | None:
+    """The task names the live workers of ``namespace`` registered, or None when no live worker did
+    (enqueueing ahead of a deployment is fine). A node counts as live while one of its pool processes
+    beat within ``max_age`` seconds."""
+    keys = QueueKeys(namespace)
+    cutoff = redis_now_ms(client) - int(max_age * 1000)
+    live = {split_worker(name)[0] for name in client.zrangebyscore(keys.workers, cutoff, "+inf")}
+    if not live:
+        return None
+    registered = client.hmget(keys.task_names, sorted(live))
+    names = [json.loads(raw) for raw in registered if raw]
+    return set().union(*names) if names else None
 
 
 def running_by_worker(client: redis.Redis, namespace: str, limit: int = 10_000) -> dict[str, list[str]]:

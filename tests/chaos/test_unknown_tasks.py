@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from celery_ha.state.worker_registry import known_task_names
 from tests.support.celery_helpers import wait_for
 
 pytestmark = pytest.mark.slow
@@ -15,6 +16,9 @@ def test_unknown_task_names_end_dead_and_valid_tasks_behind_them_run(make_cluste
     redispatch timeout, and the misspelt ones end dead after max_attempts, naming the known tasks."""
     cluster = make_cluster(CELERY_HA_WINDOW="4", CELERY_HA_REDISPATCH_AFTER="60")
     cluster.worker("w1", concurrency=2)
+    known = wait_for(lambda: known_task_names(cluster.r, cluster.namespace, max_age=30),
+                     message="the worker to register its task names")
+    assert {"fetch_page", "crawl_list"} <= known and "fetch_pgae" not in known
     bad = cluster.q.enqueue_many([{"url": site.case_url(n), "task": "fetch_pgae", "priority": 10,
                                    "max_attempts": 2} for n in range(4)])
     good = cluster.q.enqueue_many([site.case_url(n) for n in range(10, 15)])

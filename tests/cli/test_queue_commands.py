@@ -10,7 +10,7 @@ import redis
 
 from celery_ha import TaskQueue
 from celery_ha.state import task_id_for
-from celery_ha.state.worker_registry import heartbeat
+from celery_ha.state.worker_registry import heartbeat, register_task_names
 from tests.support.cli import SECRET, assert_one_line_error, run
 
 
@@ -221,3 +221,17 @@ def test_enqueue_file_with_a_bom_binary_or_non_utf8_bytes(redis_url: str, q: Tas
     binary.write_bytes(b"https://example.com/a\n\x00\x01\x02garbage\n")
     assert_one_line_error(cli(redis_url, "enqueue", "-f", str(binary)), code=1, contains="NUL")
     assert q.stats()["queued"] == 1  # only the BOM file's URL
+
+
+def test_enqueue_refuses_a_task_name_the_live_workers_do_not_run(redis_url: str, r: redis.Redis,
+                                                                  q: TaskQueue) -> None:
+    assert cli(redis_url, "enqueue", "--task", "fetch_pgae", "https://example.com/early").exit_code == 0
+    register_task_names(r, "default", "celery@box", ["crawl_list", "fetch_page"])
+    heartbeat(r, "default", "celery@box:7")  # a live pool process of that node
+    line = assert_one_line_error(cli(redis_url, "enqueue", "--task", "fetch_pgae", "https://example.com/x"),
+                                 code=2, contains="fetch_pgae")
+    assert "crawl_list, fetch_page" in line
+    assert q.stats()["queued"] == 1  # only the one queued before any worker registered
+    result = cli(redis_url, "enqueue", "--task", "fetch_pgae", "--allow-unknown-task", "https://example.com/y")
+    assert result.exit_code == 0 and q.stats()["queued"] == 2
+    assert cli(redis_url, "enqueue", "--task", "crawl_list", "https://example.com/z").exit_code == 0

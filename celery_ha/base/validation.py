@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -206,22 +207,30 @@ def parse_rate(rate: object, what: str = "rate") -> tuple[int, float]:
 MAX_LEASE_SECONDS = 7 * 86400
 
 
+def check_number(name: str, value: Any, low: float, high: float, unit: str = "") -> float:
+    """A finite real number in [low, high] (a latency, a delay, a TTL); bools, NaN and inf refused."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(f"{name} must be a number{' of ' + unit if unit else ''}, got {shown(value)}")
+    if not low <= value <= high:  # NaN compares false, inf and huge integers fall outside
+        raise InvalidInput(f"{name} must be between {low:g} and {high:g}{' ' + unit if unit else ''}, "
+                           f"got {shown(value)}")
+    return float(value)
+
+
 def check_seconds(name: str, value: Any, low: float = 0.001, high: float = MAX_LEASE_SECONDS) -> float:
-    """A finite number of seconds in [low, high] (a TTL, a wait); bools and NaN/inf refused."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInput(f"{name} must be a number of seconds, got {shown(value)}")
-    if not low <= value <= high:  # NaN compares false, inf and huge integers fall outside
-        raise InvalidInput(f"{name} must be between {low:g} and {high:g} seconds, got {shown(value)}")
-    return float(value)
+    """A finite number of seconds in [low, high] (a TTL, a wait)."""
+    return check_number(name, value, low, high, unit="seconds")
 
 
-def check_number(name: str, value: Any, low: float, high: float) -> float:
-    """A finite real number in [low, high] (a latency, a delay); bools, NaN and inf refused."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInput(f"{name} must be a number, got {type(value).__name__}")
-    if not low <= value <= high:  # NaN compares false, inf and huge integers fall outside
-        raise InvalidInput(f"{name} must be between {low:g} and {high:g}, got {shown(value)}")
-    return float(value)
+def iter_many(what: str, value: Any) -> Iterator[Any]:
+    """An iterator over ``value``, a collection of ``what`` (one str, bytes or dict is refused: it
+    would be taken apart character by character, or key by key)."""
+    if isinstance(value, (str, bytes, Mapping)):
+        raise InvalidInput(f"{what} must be a list, not one {type(value).__name__}")
+    try:
+        return iter(value)
+    except TypeError:
+        raise InvalidInput(f"{what} must be a list, got {type(value).__name__}") from None
 
 
 def check_int(name: str, value: Any, low: int, high: int) -> int:

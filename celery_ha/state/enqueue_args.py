@@ -18,6 +18,7 @@ from celery_ha.base.validation import (
     check_task_name,
     check_url,
     dumps_capped,
+    iter_many,
     simple_canonical_url,
 )
 from celery_ha.state.ids import dedup_id, random_id
@@ -47,12 +48,7 @@ class RowDefaults(NamedTuple):
 
 def build_rows(specs: Iterable[str | Mapping[str, Any]], defaults: RowDefaults) -> list[Row]:
     """Validate every spec (a URL, or a dict of :data:`SPEC_FIELDS`) and return its row."""
-    if isinstance(specs, (str, bytes, Mapping)):
-        raise InvalidInput(f"tasks must be a list of URLs or dicts, not one {type(specs).__name__}")
-    try:
-        each = iter(specs)
-    except TypeError:
-        raise InvalidInput(f"tasks must be a list of URLs or dicts, got {type(specs).__name__}") from None
+    each = iter_many("tasks (URLs or dicts)", specs)
     rows: list[Row] = []
     for spec in each:
         if isinstance(spec, str):

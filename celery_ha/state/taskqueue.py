@@ -33,6 +33,7 @@ from celery_ha.base.validation import (
     check_text,
     clean_message,
     dumps_capped,
+    iter_many,
     shown,
 )
 from celery_ha.redisio.client import redis_client
@@ -239,12 +240,7 @@ class TaskQueue:
         args: list[Any] = [task_id, token,
                            "" if checkpoint is None else dumps_capped("checkpoint", checkpoint,
                                                                       self.checkpoint_cap)]
-        if isinstance(items, (str, bytes, Mapping)):
-            raise InvalidInput(f"items must be (key, item) pairs, not one {type(items).__name__}")
-        try:
-            pairs = iter(items)
-        except TypeError:
-            raise InvalidInput(f"items must be (key, item) pairs, got {type(items).__name__}") from None
+        pairs = iter_many("items ((key, item) pairs)", items)
         for pair in pairs:
             if not isinstance(pair, (tuple, list)) or len(pair) != 2:
                 raise InvalidInput(f"each item must be a (key, item) pair, got {type(pair).__name__}")

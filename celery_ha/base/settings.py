@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from celery_ha.base.errors import ConfigurationError, InvalidInput
+from celery_ha.base.masking import mask_url
 from celery_ha.base.validation import check_namespace, check_task_name, parse_rate
 
 
@@ -158,7 +159,8 @@ class Settings:
     default_task: str = "fetch_page"  # CELERY_HA_DEFAULT_TASK: the task of an enqueue that names none
     redis_server: str = ""  # CELERY_HA_REDIS_SERVER: redis-server binary for the embedded Redis and tests
     sentinel_master: str = ""  # CELERY_HA_SENTINEL_MASTER: the master's name, with sentinel:// URLs
-    sentinel_password: str = ""  # CELERY_HA_SENTINEL_PASSWORD: AUTH for sentinels that require it
+    # CELERY_HA_SENTINEL_PASSWORD: AUTH for sentinels that require it
+    sentinel_password: str = field(default="", repr=False)
     min_replicas: int = 0  # CELERY_HA_MIN_REPLICAS: replicas that must hold each transition (Redis WAIT)
     replica_timeout: float = 1.0  # CELERY_HA_REPLICA_TIMEOUT, seconds one WAIT may take
     allow_eviction: bool = False  # CELERY_HA_ALLOW_EVICTION: start workers on an evicting Redis anyway
@@ -168,6 +170,16 @@ class Settings:
     # CELERY_HA_FLOWER_AUTH, "user:password": Flower's basic auth in `celery-ha up`; "" = generated once
     flower_auth: str = field(default="", repr=False)
 
+
+    def __repr__(self) -> str:
+        """Every field but the secrets, URLs with their passwords masked: safe to log."""
+        shown = []
+        for f in fields(self):
+            if not f.repr:
+                continue
+            value = getattr(self, f.name)
+            shown.append(f"{f.name}={mask_url(value)!r}" if isinstance(value, str) else f"{f.name}={value!r}")
+        return f"Settings({', '.join(shown)})"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -183,6 +195,30 @@ class Settings:
         settings = cls(**values)
         settings.validate()
         return settings
+
+    @classmethod
+    def from_overrides(cls, values: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Settings:
+        """Settings from a framework's configuration (Django's ``CELERY_HA`` dict, Scrapy settings).
+
+        Keys are variable names (``CELERY_HA_REDIS_URL``, ``CELERY_BROKER_URL``) or short names
+        (``REDIS_URL``, ``BROKER_URL``); values are strings or plain numbers/booleans. The environment
+        still wins, so one deployment can override a checked-in settings file. An unknown key raises
+        :class:`ConfigurationError` naming it (a typo must not be silently ignored).
+        """
+        by_name = {var: var for var, _ in _ENV.values()}
+        by_name.update({var.removeprefix("CELERY_HA_").removeprefix("CELERY_"): var for var, _ in _ENV.values()})
+        merged: dict[str, str] = {}
+        for key, value in values.items():
+            var = by_name.get(str(key).upper())
+            if var is None:
+                raise ConfigurationError(f"unknown celery-ha setting {key!r}; known: "
+                                         + ", ".join(sorted(k for k in by_name if not k.startswith("CELERY"))))
+            if value is None:
+                continue
+            merged[var] = ("1" if value else "0") if isinstance(value, bool) else str(value)
+        source = os.environ if env is None else env
+        merged.update({var: text for var in by_name.values() if (text := source.get(var))})
+        return cls.from_env(merged)
 
     @classmethod
     def one(cls, name: str, env: Mapping[str, str] | None = None) -> Any:

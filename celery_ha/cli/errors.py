@@ -8,7 +8,7 @@ import redis
 
 from celery_ha.base.errors import CeleryHAError, ConfigurationError
 from celery_ha.base.settings import Settings
-from celery_ha.redisio.urls import mask_url
+from celery_ha.base.masking import mask_url
 
 #: Exit codes: 1 = the operation failed, 2 = bad usage (click's own), 3 = Redis unreachable.
 EXIT_FAILURE = 1

@@ -14,7 +14,7 @@ from celery_ha.cli.render import console, echo_json, kv_table
 from celery_ha.redisio.client import redis_client
 from celery_ha.redisio.memory_policy import eviction_policy, eviction_warning
 from celery_ha.redisio.sentinel import is_sentinel_url, sentinel_view
-from celery_ha.redisio.urls import mask_url
+from celery_ha.base.masking import mask_url
 from celery_ha.runtime.embedded import EmbeddedRedis
 
 

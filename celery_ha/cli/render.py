@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from celery_ha.base.errors import InvalidInput
-from celery_ha.redisio.urls import mask_prefix, mask_url
+from celery_ha.base.masking import mask_prefix, mask_url
 
 #: Most characters a table cell shows (a checkpoint or meta can be tens of KB; ``--json`` prints all).
 CELL_CHARS = 2000

@@ -34,7 +34,7 @@ from celery_ha.demo.site import DemoSite
 from celery_ha.demo.verify import verify
 from celery_ha.proxy import ProxyPool
 from celery_ha.redisio.client import redis_client
-from celery_ha.redisio.urls import mask_url
+from celery_ha.base.masking import mask_url
 from celery_ha.runtime.embedded import EmbeddedRedis
 from celery_ha.runtime.supervisor import Supervisor, celery_argv
 from celery_ha.state import TaskQueue

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from celery_ha.base.errors import CeleryHAError
-from celery_ha.redisio.urls import mask_url
+from celery_ha.base.masking import mask_url
 
 
 class FetchError(CeleryHAError):

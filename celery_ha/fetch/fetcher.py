@@ -32,7 +32,7 @@ from celery_ha.fetch.errors import FetchError, PermanentFetchError, RobotsDisall
 from celery_ha.fetch.headers import USER_AGENTS, browser_headers
 from celery_ha.fetch.robots import RobotsCache
 from celery_ha.proxy import ProxyLease, ProxyPool, normalize_domain
-from celery_ha.redisio.urls import mask_url
+from celery_ha.base.masking import mask_url
 
 __all__ = [
     "CAPTCHA_MARKERS",

@@ -19,7 +19,7 @@ import requests
 
 from celery_ha.base.errors import InvalidInput
 from celery_ha.proxy.pool import ProxyPool
-from celery_ha.redisio.urls import mask_url
+from celery_ha.base.masking import mask_url
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from celery_ha.base.errors import InvalidInput
 from celery_ha.proxy.pool import ProxyPool
 from celery_ha.proxy.validation import ProxySpec, parse_proxy_url
 from celery_ha.redisio.lock import try_lock, unlock
-from celery_ha.redisio.urls import mask_url
+from celery_ha.base.masking import mask_url
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from celery_ha.proxy.types import ProxyInfo
 from celery_ha.proxy.validation import ProxySpec
-from celery_ha.redisio.urls import mask_url
+from celery_ha.base.masking import mask_url
 
 
 def add_item(

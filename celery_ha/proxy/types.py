@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from celery_ha.redisio.urls import mask_url
+from celery_ha.base.masking import mask_url
 
 
 @dataclass(frozen=True)

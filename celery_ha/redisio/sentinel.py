@@ -21,7 +21,7 @@ import redis
 from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelConnectionPoolProxy
 
 from celery_ha.base.errors import ConfigurationError
-from celery_ha.redisio.urls import mask_url
+from celery_ha.base.masking import mask_url
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Redis URLs: the schemes celery-ha accepts, and credential masking for anything printed or logged.
+"""Credential masking for anything printed or logged (URLs and free text that may hold them).
 
 AUTH, ACL users and TLS all come through the URL (``redis://user:pass@host:6379/0``, ``rediss://…``),
 which redis-py understands natively; celery-ha adds nothing of its own there.

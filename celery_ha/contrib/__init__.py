@@ -1,0 +1,1 @@
+"""Integrations with other frameworks (Django, Scrapy): the top layer, each an optional extra."""

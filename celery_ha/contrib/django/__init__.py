@@ -1,0 +1,1 @@
+"""celery-ha as a Django app (``pip install 'celery-ha[django]'``)."""

@@ -1,0 +1,1 @@
+"""Scrapy on celery-ha's central proxy pool (``pip install 'celery-ha[scrapy]'``)."""

@@ -1,0 +1,1 @@
+"""Monitoring: Prometheus metrics computed from the durable state, the web dashboard."""

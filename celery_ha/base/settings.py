@@ -205,14 +205,15 @@ class Settings:
         still wins, so one deployment can override a checked-in settings file. An unknown key raises
         :class:`ConfigurationError` naming it (a typo must not be silently ignored).
         """
-        by_name = {var: var for var, _ in _ENV.values()}
-        by_name.update({var.removeprefix("CELERY_HA_").removeprefix("CELERY_"): var for var, _ in _ENV.values()})
+        variables = [var for var, _ in _ENV.values()]
+        short = {var.removeprefix("CELERY_HA_").removeprefix("CELERY_"): var for var in variables}
+        by_name = {**{var: var for var in variables}, **short}
         merged: dict[str, str] = {}
         for key, value in values.items():
             var = by_name.get(str(key).upper())
             if var is None:
                 raise ConfigurationError(f"unknown celery-ha setting {key!r}; known: "
-                                         + ", ".join(sorted(k for k in by_name if not k.startswith("CELERY"))))
+                                         + ", ".join(sorted(short)))
             if value is None:
                 continue
             merged[var] = ("1" if value else "0") if isinstance(value, bool) else str(value)

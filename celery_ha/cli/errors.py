@@ -7,8 +7,8 @@ import json
 import redis
 
 from celery_ha.base.errors import CeleryHAError, ConfigurationError
-from celery_ha.base.settings import Settings
 from celery_ha.base.masking import mask_url
+from celery_ha.base.settings import Settings
 
 #: Exit codes: 1 = the operation failed, 2 = bad usage (click's own), 3 = Redis unreachable.
 EXIT_FAILURE = 1

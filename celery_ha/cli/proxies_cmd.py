@@ -7,10 +7,10 @@ from typing import IO
 import click
 
 from celery_ha.base.errors import InvalidInput
+from celery_ha.base.masking import mask_url
 from celery_ha.base.settings import Settings
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.cli.render import console, echo_json, grid, read_lines, stream_name, when
-from celery_ha.base.masking import mask_url
 
 STATES = ("avail", "new", "tban", "pban")
 

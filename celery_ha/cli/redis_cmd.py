@@ -8,13 +8,13 @@ import click
 import redis
 from redis.exceptions import NoPermissionError
 
+from celery_ha.base.masking import mask_url
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.cli.errors import one_line
 from celery_ha.cli.render import console, echo_json, kv_table
 from celery_ha.redisio.client import redis_client
 from celery_ha.redisio.memory_policy import eviction_policy, eviction_warning
 from celery_ha.redisio.sentinel import is_sentinel_url, sentinel_view
-from celery_ha.base.masking import mask_url
 from celery_ha.runtime.embedded import EmbeddedRedis
 
 

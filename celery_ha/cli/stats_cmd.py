@@ -14,11 +14,11 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
+from celery_ha.base.masking import mask_url
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.cli.errors import one_line
 from celery_ha.cli.render import console, echo_json
 from celery_ha.redisio.memory_policy import eviction_policy, eviction_warning
-from celery_ha.base.masking import mask_url
 
 STATES = ("queued", "delayed", "dispatched", "running", "completed", "dead")
 PENDING = ("queued", "delayed", "dispatched", "running")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.base.masking import mask_url
+from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.runtime.embedded import EmbeddedRedis
 from celery_ha.runtime.redis_process import create_secret, secure_dir
 from celery_ha.runtime.supervisor import Supervisor, celery_argv

@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from celery_ha.base.errors import ConfigurationError
+from celery_ha.base.masking import mask_url
 from celery_ha.base.settings import Settings
 from celery_ha.demo.chaos import Chaos
 from celery_ha.demo.proxy_farm import ProxyFarm
@@ -34,7 +35,6 @@ from celery_ha.demo.site import DemoSite
 from celery_ha.demo.verify import verify
 from celery_ha.proxy import ProxyPool
 from celery_ha.redisio.client import redis_client
-from celery_ha.base.masking import mask_url
 from celery_ha.runtime.embedded import EmbeddedRedis
 from celery_ha.runtime.supervisor import Supervisor, celery_argv
 from celery_ha.state import TaskQueue

@@ -27,12 +27,12 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from celery_ha.base.errors import InvalidInput, NoProxyAvailable
+from celery_ha.base.masking import mask_url
 from celery_ha.fetch.classify import CAPTCHA_MARKERS, classify, retry_after_seconds
 from celery_ha.fetch.errors import FetchError, PermanentFetchError, RobotsDisallowed
 from celery_ha.fetch.headers import USER_AGENTS, browser_headers
 from celery_ha.fetch.robots import RobotsCache
 from celery_ha.proxy import ProxyLease, ProxyPool, normalize_domain
-from celery_ha.base.masking import mask_url
 
 __all__ = [
     "CAPTCHA_MARKERS",

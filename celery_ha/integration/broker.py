@@ -17,11 +17,11 @@ from typing import Any
 import redis
 from kombu.transport.redis import PRIORITY_STEPS, Channel
 
+from celery_ha.base.masking import mask_url
 from celery_ha.base.per_process import PerProcess
 from celery_ha.base.settings import Settings
 from celery_ha.redisio.client import is_redis_url, redis_client
 from celery_ha.redisio.sentinel import broker_sentinel_url, is_sentinel_url, parse_sentinel_url
-from celery_ha.base.masking import mask_url
 
 log = logging.getLogger(__name__)
 

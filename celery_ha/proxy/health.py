@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import requests
 
 from celery_ha.base.errors import InvalidInput
-from celery_ha.proxy.pool import ProxyPool
 from celery_ha.base.masking import mask_url
+from celery_ha.proxy.pool import ProxyPool
 
 log = logging.getLogger(__name__)
 

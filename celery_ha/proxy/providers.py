@@ -19,10 +19,10 @@ from urllib.parse import urlsplit, urlunsplit
 import requests
 
 from celery_ha.base.errors import InvalidInput
+from celery_ha.base.masking import mask_url
 from celery_ha.proxy.pool import ProxyPool
 from celery_ha.proxy.validation import ProxySpec, parse_proxy_url
 from celery_ha.redisio.lock import try_lock, unlock
-from celery_ha.base.masking import mask_url
 
 log = logging.getLogger(__name__)
 

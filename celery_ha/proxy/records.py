@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from celery_ha.base.masking import mask_url
 from celery_ha.proxy.types import ProxyInfo
 from celery_ha.proxy.validation import ProxySpec
-from celery_ha.base.masking import mask_url
 
 
 def add_item(

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from urllib.parse import quote, unquote, urlsplit
 
 from celery_ha.base.errors import InvalidInput
+from celery_ha.base.masking import mask_url
 from celery_ha.base.validation import MAX_URL_BYTES, check_text
 from celery_ha.base.validation import shown as _shown
-from celery_ha.base.masking import mask_url
 
 SCHEMES = ("http", "https", "socks5", "socks5h", "socks4")
 #: Longest proxy lifetime or ban a caller may give (seconds): ten years (a permanent ban has no length).

@@ -13,9 +13,9 @@ from urllib.parse import urlsplit
 import redis
 
 from celery_ha.base.errors import ConfigurationError
+from celery_ha.base.masking import mask_url
 from celery_ha.base.settings import Settings
 from celery_ha.redisio.sentinel import is_sentinel_url, sentinel_client
-from celery_ha.base.masking import mask_url
 
 SCHEMES = ("redis", "rediss", "unix", "sentinel")
 

@@ -37,9 +37,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from celery_ha.base.errors import ConfigurationError
+from celery_ha.base.masking import mask_url
 from celery_ha.base.procfs import command_line, pid_alive
 from celery_ha.base.settings import Settings
-from celery_ha.base.masking import mask_url
 from celery_ha.runtime.redis_process import (
     RedisProcess,
     create_secret,

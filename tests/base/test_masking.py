@@ -11,8 +11,8 @@ from collections.abc import Callable
 import pytest
 
 from celery_ha import TaskQueue
-from celery_ha.base.validation import MAX_CHECKPOINT_BYTES
 from celery_ha.base.masking import mask_prefix, mask_url
+from celery_ha.base.validation import MAX_CHECKPOINT_BYTES
 from tests.support.cli import SECRET, assert_one_line_error, run
 
 # ---------------------------------------------------------------- results

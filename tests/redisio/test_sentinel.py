@@ -17,11 +17,11 @@ import redis
 
 from celery_ha import TaskQueue
 from celery_ha.base.errors import ConfigurationError
+from celery_ha.base.masking import mask_url
 from celery_ha.base.settings import Settings
 from celery_ha.integration.broker import kombu_broker
 from celery_ha.redisio.client import redis_client
 from celery_ha.redisio.sentinel import parse_sentinel_url
-from celery_ha.base.masking import mask_url
 from tests.support.cli import SECRET, assert_one_line_error, run
 from tests.support.polling import wait_until
 from tests.support.sentinel import MASTER_NAME, SentinelGroup, TLSFiles

@@ -34,10 +34,11 @@ def debug_enabled() -> bool:
 def describe(exc: BaseException, redis_url: str | None = None) -> tuple[str, int]:
     """The message and exit code for an exception escaping a command."""
     where = f" at {mask_url(redis_url)}" if redis_url else ""
-    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-        return one_line(f"cannot reach Redis{where}: {exc}"), EXIT_UNREACHABLE
+    # AuthenticationError is a ConnectionError in redis-py: it must be tested first.
     if isinstance(exc, redis.AuthenticationError):
         return one_line(f"Redis{where} refused the credentials: {exc}"), EXIT_UNREACHABLE
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return one_line(f"cannot reach Redis{where}: {exc}"), EXIT_UNREACHABLE
     if isinstance(exc, redis.RedisError):
         return one_line(f"Redis error{where}: {exc}"), EXIT_FAILURE
     if isinstance(exc, CeleryHAError):

@@ -106,3 +106,23 @@ def test_unexpected_errors_are_one_line_too(monkeypatch: pytest.MonkeyPatch, red
     monkeypatch.setattr(TaskQueue, "stats", boom)
     line = assert_one_line_error(run(["--redis-url", redis_url, "stats"]), code=1, contains="RuntimeError")
     assert "x:***@h:1" in line
+
+
+def test_refused_credentials_are_named_as_such(r, redis_url: str) -> None:
+    """A wrong password is not 'cannot reach Redis': the operator must fix credentials, not the network."""
+    r.execute_command("ACL", "SETUSER", "crawler", "on", ">right-password", "~*", "&*", "+@all")
+    try:
+        url = redis_url.replace("redis://", f"redis://crawler:{SECRET}@", 1)
+        line = assert_one_line_error(run(["--redis-url", url, "stats"]), code=3,
+                                     contains="refused the credentials")
+        assert "crawler:***@" in line
+    finally:
+        r.execute_command("ACL", "DELUSER", "crawler")
+
+
+def test_settings_repr_masks_every_secret() -> None:
+    from celery_ha.base.settings import Settings
+
+    shown = repr(Settings.from_overrides({"REDIS_URL": f"redis://u:{SECRET}@h:1/0", "SENTINEL_PASSWORD": SECRET,
+                                          "FLOWER_AUTH": f"admin:{SECRET}"}, env={}))
+    assert SECRET not in shown and "u:***@h:1" in shown

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from celery_ha.integration.broker_epoch import broker_lost_messages
 from celery_ha.integration.pump import pump
 from celery_ha.integration.services import Services, services
 from celery_ha.proxy import ProxyPool, check_proxies
@@ -46,7 +47,11 @@ def sweep(app: Any, rt: Services | None = None, source: str = "beat") -> dict[st
         if not got:
             return None
         reclaimed = rt.queue.reclaim_expired()
-        sent = pump(rt.queue, app, s)
+        broker_lost = broker_lost_messages(app, rt)
+        sent = pump(rt.queue, app, s, redispatch_after=0 if broker_lost else None)
+        if broker_lost:
+            log.warning("sweep (%s): the broker lost its messages (restarted empty?): re-sent %d "
+                        "dispatched task(s) at once", source, sent)
         now = redis_now_ms(rt.client)
         rt.client.hset(keys.meta, mapping={"last_sweep": now, "last_sweep_by": f"{source}:{rt.worker_name}"})
         prune(rt.client, s.namespace, older_than=max(60.0, 10 * s.lease_ttl))
@@ -54,7 +59,7 @@ def sweep(app: Any, rt: Services | None = None, source: str = "beat") -> dict[st
         log.warning("sweep (%s): reclaimed %d expired lease(s), sent %d message(s)", source, reclaimed, sent)
     else:
         log.debug("sweep (%s): sent %d message(s)", source, sent)
-    return {"reclaimed": reclaimed, "sent": sent, "source": source}
+    return {"reclaimed": reclaimed, "sent": sent, "source": source, "broker_lost": broker_lost}
 
 
 def dead_letter_summary(rt: Services | None = None, sample: int = 5) -> dict[str, Any] | None:

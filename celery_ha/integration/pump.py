@@ -63,10 +63,15 @@ def send(app: Any, namespace: str, batch: list[Dispatched]) -> int:
     return sent
 
 
-def pump(q: TaskQueue, app: Any, settings: Settings, window: int | None = None) -> int:
-    """Dispatch up to the window and send the messages; returns how many were sent."""
+def pump(q: TaskQueue, app: Any, settings: Settings, window: int | None = None,
+         redispatch_after: float | None = None) -> int:
+    """Dispatch up to the window and send the messages; returns how many were sent.
+
+    ``redispatch_after`` overrides ``CELERY_HA_REDISPATCH_AFTER``: 0 re-sends every dispatched task
+    whose message is not waiting in the broker (after the broker lost its messages)."""
     size = window if window is not None else effective_window(q, settings)
-    batch = q.dispatch(size, redispatch_after=settings.redispatch_after)
+    after = settings.redispatch_after if redispatch_after is None else redispatch_after
+    batch = q.dispatch(size, redispatch_after=after)
     sent = send(app, q.namespace, batch)
     if batch:
         log.debug("pump: window %d, dispatched %d, sent %d", size, len(batch), sent)

@@ -123,6 +123,7 @@ def test_refused_credentials_are_named_as_such(r, redis_url: str) -> None:
 def test_settings_repr_masks_every_secret() -> None:
     from celery_ha.base.settings import Settings
 
-    shown = repr(Settings.from_overrides({"REDIS_URL": f"redis://u:{SECRET}@h:1/0", "SENTINEL_PASSWORD": SECRET,
-                                          "FLOWER_AUTH": f"admin:{SECRET}"}, env={}))
+    values = {"REDIS_URL": f"redis://u:{SECRET}@h:1/0", "SENTINEL_PASSWORD": SECRET,
+              "FLOWER_AUTH": f"admin:{SECRET}"}
+    shown = repr(Settings.from_overrides(values, env={}))
     assert SECRET not in shown and "u:***@h:1" in shown

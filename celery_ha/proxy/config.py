@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from celery_ha.base.errors import InvalidInput
 from celery_ha.base.settings import Settings
-from celery_ha.base.validation import parse_rate
+from celery_ha.base.validation import check_int, check_number, check_seconds, parse_rate
 from celery_ha.proxy.validation import normalize_domain
 
 
@@ -40,11 +39,12 @@ class PoolConfig:
             normalize_domain(d): parse_rate(r, f"budget for {d}")
             for d, r in dict(self.domain_budgets).items()
         }
+        # Finite and bounded: each becomes an integer of milliseconds inside Lua.
         for name in ("lock_ttl", "ban_base", "ban_cap", "block_ban_base", "block_ban_cap"):
-            if not float(getattr(self, name)) > 0:
-                raise InvalidInput(f"{name} must be > 0")
-        if self.window_margin < 0 or self.max_fails < 1 or self.max_temp_bans < 0:
-            raise InvalidInput("window_margin must be >= 0, max_fails >= 1, max_temp_bans >= 0")
+            setattr(self, name, check_seconds(name, getattr(self, name), high=30 * 86_400))
+        self.window_margin = check_number("window_margin", self.window_margin, 0, 3600, unit="seconds")
+        self.max_fails = check_int("max_fails", self.max_fails, 1, 1000)
+        self.max_temp_bans = check_int("max_temp_bans", self.max_temp_bans, 0, 1000)
         # Built once: release is the hot path and sends this with every call.
         self._release_arg = " ".join(
             str(int(v))

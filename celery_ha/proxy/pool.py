@@ -335,20 +335,25 @@ class ProxyPool:
 
     def reap(self, limit: int = 1000) -> int:
         """Empty the in-use zone of leases whose borrower died; returns how many."""
-        return int(self.scripts.reap(keys=[self.keys.available], args=[self.prefix, int(limit)]))
+        limit = check_int("limit", limit, 1, 100_000)
+        return int(self.scripts.reap(keys=[self.keys.available], args=[self.prefix, limit]))
 
     # ------------------------------------------------------------------ health-check plumbing
     def claim_for_check(
         self, limit: int = 50, claim_seconds: float = 60.0
     ) -> list[tuple[str, str, str, str]]:
         """Claim due proxies for a health check: [(id, url, zone, source)] (url with credentials)."""
-        flat = self.scripts.health_claim(
-            keys=[self.keys.available], args=[self.prefix, int(limit), int(claim_seconds * 1000)]
-        )
+        limit = check_int("limit", limit, 1, 100_000)
+        claim_ms = int(check_seconds("claim_seconds", claim_seconds, high=86_400) * 1000)
+        flat = self.scripts.health_claim(keys=[self.keys.available], args=[self.prefix, limit, claim_ms])
         return [tuple(flat[i : i + 4]) for i in range(0, len(flat), 4)]  # type: ignore[misc]
 
     def record_check(self, proxy_id: str, ok: bool, latency_ms: float = 0.0) -> str:
         """Fold one health-check result: restore ('avail') or demote ('tban'/'pban')."""
+        proxy_id = check_text("proxy id", proxy_id)
+        if not isinstance(ok, bool):
+            raise InvalidInput(f"ok must be True or False, got {type(ok).__name__}")
+        latency_ms = check_number("latency_ms", latency_ms, 0, 3_600_000, unit="ms")
         return str(
             self.scripts.health_result(
                 keys=[self.keys.available],

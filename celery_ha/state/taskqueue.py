@@ -28,6 +28,8 @@ from celery_ha.base.validation import (
     MAX_NAME_CHARS,
     check_int,
     check_item_key,
+    check_namespace,
+    check_number,
     check_seconds,
     check_task_name,
     check_text,
@@ -94,21 +96,22 @@ class TaskQueue:
         replica_timeout: float = Settings.replica_timeout,
     ) -> None:
         self.client = client
-        self.namespace = namespace
+        self.namespace = check_namespace(namespace)
         self.keys = QueueKeys(namespace)
-        self.lease_ttl = float(lease_ttl)
+        self.lease_ttl = check_seconds("lease_ttl", lease_ttl)
         self.max_attempts = check_int("max_attempts", max_attempts, 1, 1000)
         self.max_stalls = check_int("max_stalls", max_stalls, 0, 1000)
-        self.backoff_base = float(backoff_base)
-        self.backoff_cap = float(backoff_cap)
-        self.history_max = int(history_max)
-        self.history_age = float(history_age)
-        self.checkpoint_cap = int(checkpoint_cap)
-        self.meta_cap = int(meta_cap)
+        self.backoff_base = check_number("backoff_base", backoff_base, 0, 86_400, unit="seconds")
+        self.backoff_cap = check_number("backoff_cap", backoff_cap, 0, 30 * 86_400, unit="seconds")
+        self.history_max = check_int("history_max", history_max, 0, 10**9)
+        self.history_age = check_number("history_age", history_age, 0, 10 * 365 * 86_400, unit="seconds")
+        self.checkpoint_cap = check_int("checkpoint_cap", checkpoint_cap, 2, MAX_CHECKPOINT_BYTES)
+        self.meta_cap = check_int("meta_cap", meta_cap, 2, MAX_META_BYTES)
         self.default_task = check_task_name(default_task)
         # With min_replicas, every transition waits (bounded) until that many replicas hold it.
         self._scripts = ScriptSet(client, _HERE, wait=replica_wait(
-            check_int("min_replicas", min_replicas, 0, 16), replica_timeout))
+            check_int("min_replicas", min_replicas, 0, 16),
+            check_seconds("replica_timeout", replica_timeout, high=60)))
         k = self.keys
         self._keys = [k.tasks, k.ready_bands, k.delayed, k.inflight, k.running, k.dead, k.completed,
                       k.seen, k.checkpoints, k.stats, k.wake]
@@ -306,9 +309,10 @@ class TaskQueue:
         Works oldest-expiry first in bounded batches; cost is O(expired), not O(running).
         Returns how many leases were reclaimed.
         """
+        batch = check_int("batch", batch, 1, MAX_BATCH)
         total = 0
-        for _ in range(max_batches):
-            requeued, dead, more = self._run("reclaim", int(batch))
+        for _ in range(check_int("max_batches", max_batches, 1, 1_000_000)):
+            requeued, dead, more = self._run("reclaim", batch)
             total += int(requeued) + int(dead)
             if not int(more):
                 break
@@ -319,13 +323,19 @@ class TaskQueue:
         """Move up to ``window - dispatched`` tasks from ready to dispatched, promote due retries and
         pick up dispatched tasks never claimed within ``redispatch_after`` seconds (``resent``: their
         message may still be waiting, or lost). The caller sends one broker message for each."""
-        return dispatched_from(self._run("dispatch", int(window), int(redispatch_after * 1000),
-                                         int(promote_limit)))
+        window = check_int("window", window, 0, 1_000_000)
+        after_ms = int(check_number("redispatch_after", redispatch_after, 0, 30 * 86_400, "seconds") * 1000)
+        return dispatched_from(self._run("dispatch", window, after_ms,
+                                         check_int("promote_limit", promote_limit, 1, MAX_BATCH)))
 
     # ------------------------------------------------------------------ dead letters
     def dead(self, limit: int = 100, offset: int = 0) -> list[TaskInfo]:
         """Dead tasks, oldest death first."""
-        ids = self.client.zrange(self.keys.dead, offset, offset + max(0, limit) - 1)
+        limit = check_int("limit", limit, 0, 1_000_000)
+        offset = check_int("offset", offset, 0, 2**62)
+        if limit == 0:
+            return []
+        ids = self.client.zrange(self.keys.dead, offset, offset + limit - 1)
         return [t for t in self._infos(ids) if t is not None]
 
     def redrive(self, task_id: str | None = None, batch: int = 1000) -> int:
@@ -358,7 +368,7 @@ class TaskQueue:
 
     def get_many(self, task_ids: list[str]) -> list[TaskInfo | None]:
         """Snapshots of many tasks in one round trip (None for unknown or trimmed ids)."""
-        return self._infos(list(task_ids))
+        return self._infos([_task_id(i) for i in iter_many("task ids", task_ids)])
 
     def get(self, task_id: str) -> TaskInfo:
         """Snapshot of one task; TaskNotFound if the id is unknown (or its history was trimmed)."""
@@ -369,7 +379,7 @@ class TaskQueue:
 
     def checkpoint(self, task_id: str) -> dict[str, Any] | None:
         """The task's saved resume point, or None (never saved, or dropped when the task completed)."""
-        raw = self.client.hget(self.keys.checkpoints, task_id)
+        raw = self.client.hget(self.keys.checkpoints, _task_id(task_id))
         return json.loads(raw) if raw else None
 
     def stats(self) -> dict[str, int]:

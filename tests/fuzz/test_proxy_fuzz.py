@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from celery_ha.base.errors import InvalidInput
 from celery_ha.proxy import ProxyPool
 from celery_ha.proxy.config import PoolConfig
-from tests.fuzz.hostile import FUZZ, attempt, hostile_text, numbers, wrong
+from tests.fuzz.hostile import FUZZ, attempt, hostile_text, numbers, snapshot, wrong
 
 
 class World:
@@ -117,3 +117,32 @@ def test_known_holes_are_typed() -> None:
                  lambda: pool.set_domain_rate("e.com", "9" * 5000 + "/1")):
         with pytest.raises(InvalidInput):
             case()
+
+
+@pytest.mark.parametrize("options", [
+    {"lock_ttl": 0}, {"lock_ttl": float("inf")}, {"ban_base": float("nan")}, {"ban_cap": "60"},
+    {"block_ban_base": -1}, {"window_margin": -0.1}, {"window_margin": float("inf")}, {"max_fails": 0},
+    {"max_fails": 2.5}, {"max_temp_bans": -1}, {"max_temp_bans": True},
+])
+def test_pool_config_bounds(options: dict[str, Any]) -> None:
+    from celery_ha.proxy.config import PoolConfig
+
+    with pytest.raises(InvalidInput):
+        PoolConfig(**options)
+
+
+def test_health_plumbing_refuses_bad_input(redis_url: str) -> None:
+    from celery_ha.proxy import ProxyPool
+
+    raw = redis.Redis.from_url(redis_url)
+    pool = ProxyPool(redis.Redis.from_url(redis_url, decode_responses=True), "hp")
+    pool.add("http://10.0.0.1:8080")
+    for call in (lambda: pool.reap(limit=0), lambda: pool.reap(limit=float("inf")),
+                 lambda: pool.claim_for_check(limit=-1),
+                 lambda: pool.claim_for_check(claim_seconds=float("nan")),
+                 lambda: pool.record_check(None, True), lambda: pool.record_check("x", "yes"),
+                 lambda: pool.record_check("x", True, latency_ms=float("inf"))):
+        before = snapshot(raw)
+        with pytest.raises(InvalidInput):
+            call()
+        assert snapshot(raw) == before

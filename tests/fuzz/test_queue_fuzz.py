@@ -199,3 +199,31 @@ def test_known_holes_are_typed() -> None:
     for case in cases:
         with pytest.raises(InvalidInput):
             case()
+
+
+@FUZZ
+@given(tid=task_ids, ids=st.one_of(st.lists(task_ids, max_size=3), wrong, hostile_text),
+       limit=small_ints, offset=small_ints, window=small_ints,
+       after=st.one_of(st.sampled_from([0, 0.5, 60]), numbers), batch=small_ints)
+def test_reading_and_maintenance_calls(world: World, tid: Any, ids: Any, limit: Any, offset: Any,
+                                       window: Any, after: Any, batch: Any) -> None:
+    """checkpoint, get_many, dead, dispatch and reclaim_expired: typed errors, nothing written."""
+    world.reset()
+    q = world.q
+    attempt(world.raw, lambda: q.checkpoint(_tid(world, tid)))
+    attempt(world.raw, lambda: q.get_many([_tid(world, i) for i in ids] if isinstance(ids, list) else ids))
+    attempt(world.raw, lambda: q.dead(limit=limit, offset=offset))
+    world.reset()
+    attempt(world.raw, lambda: q.dispatch(window, redispatch_after=after, promote_limit=batch or 1))
+    world.reset()
+    attempt(world.raw, lambda: q.reclaim_expired(batch=batch, max_batches=limit or 1))
+
+
+@pytest.mark.parametrize("options", [
+    {"namespace": "bad ns"}, {"namespace": "a\n"}, {"lease_ttl": 0}, {"lease_ttl": float("inf")},
+    {"lease_ttl": "30"}, {"backoff_base": -1}, {"backoff_cap": float("nan")}, {"history_max": -1},
+    {"history_age": None}, {"checkpoint_cap": 10**9}, {"meta_cap": 0}, {"replica_timeout": 0},
+])
+def test_queue_options_are_checked(options: dict[str, Any]) -> None:
+    with pytest.raises(InvalidInput):
+        TaskQueue(redis.Redis(port=1), **options)

@@ -25,7 +25,7 @@ from celery_ha.base.per_process import PerProcess
 from celery_ha.integration.maintenance import last_sweep_age, sweep
 from celery_ha.integration.services import Services, services
 from celery_ha.state import Lease
-from celery_ha.state.worker_registry import heartbeat
+from celery_ha.state.worker_registry import heartbeat, quiet_after
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,8 @@ class LeaseKeeper:
 
     def tick(self) -> None:
         try:
-            heartbeat(self.rt.client, self.rt.settings.namespace, self.rt.worker_name)
+            heartbeat(self.rt.client, self.rt.settings.namespace, self.rt.worker_name,
+                      silence_after=quiet_after(self.rt.settings.heartbeat_interval))
         except redis.RedisError as exc:
             log.warning("worker heartbeat failed: %s", exc)
         self.renew_all()

@@ -17,7 +17,7 @@ from celery_ha.proxy import ProxyPool, check_proxies
 from celery_ha.redisio.clock import redis_now_ms
 from celery_ha.redisio.lock import short_lock
 from celery_ha.state.keys import QueueKeys
-from celery_ha.state.worker_registry import prune
+from celery_ha.state.worker_registry import prune, quiet_after, quiet_window
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,8 @@ def sweep(app: Any, rt: Services | None = None, source: str = "beat") -> dict[st
     with short_lock(rt.client, keys.lock("sweep"), ttl=max(2.0, s.reclaim_interval)) as got:
         if not got:
             return None
-        reclaimed = rt.queue.reclaim_expired()
+        silence = quiet_window(rt.client, s.namespace, quiet_after(s.heartbeat_interval))
+        reclaimed = rt.queue.reclaim_expired(spare=silence)
         broker_lost = broker_lost_messages(app, rt)
         sent = pump(rt.queue, app, s, redispatch_after=0 if broker_lost else None)
         if broker_lost:

@@ -51,10 +51,19 @@ class Services:
         return f"{self.node}:{self.pid}"
 
 
+def socket_timeout(settings: Settings) -> float:
+    """Seconds one Redis call of a worker may take: a third of the lease TTL (1-10 s). A Redis that
+    is paused or cut off by a partition (no RST) would otherwise hold a call, and with it the lease
+    keeper or a task, until TCP gives up hours later; with it the call fails as an infrastructure
+    error, the task is handed back, and the worker carries on when Redis answers again."""
+    return min(10.0, max(1.0, settings.lease_ttl / 3))
+
+
 def build_services(settings: Settings | None = None) -> Services:
     settings = settings or Settings.from_env()
     url = resolve_redis_url(settings)
-    client = redis_client(url)
+    timeout = socket_timeout(settings)
+    client = redis_client(url, socket_timeout=timeout, socket_connect_timeout=timeout)
     return Services(settings=settings, redis_url=url, client=client,
                     queue=TaskQueue.for_settings(client, settings))
 

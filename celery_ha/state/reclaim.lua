@@ -9,14 +9,26 @@
   KEYS[11] wake (one token per requeued task)
   ARGV[1] namespace prefix
   ARGV[2] batch (most leases reclaimed per call)
+  ARGV[3] spare_from, ARGV[4] spare_to: ms (Redis clock) of a stretch in which no worker could reach
+    Redis (worker_registry.quiet_window); a lease that expired inside it goes back to the queue
+    without a stall: the platform was down, not the task. "0" "0" = none.
   Reply: {requeued, dead, more (1 if expired leases remain)}
 ]]
 --#include _common
 local now = now_ms()
 local batch = tonumber(ARGV[2])
 local ids = redis.call('ZRANGEBYSCORE', K_RUNNING, '-inf', fmt(now), 'LIMIT', '0', ARGV[2])
-local requeued, dead = 0, 0
+local requeued, dead, spared_count = 0, 0, 0
 local front = band_batch()
+-- The expired leases inside the spare stretch (a subset of `ids`: both lists are in expiry order).
+local spared = {}
+local spare_from, spare_to = tonumber(ARGV[3]) or 0, math.min(tonumber(ARGV[4]) or 0, now)
+if spare_to > spare_from then
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_RUNNING, fmt(spare_from), fmt(spare_to),
+                                 'LIMIT', '0', ARGV[2])) do
+    spared[id] = true
+  end
+end
 for j = 1, #ids, 1000 do
   local last = math.min(j + 999, #ids)
   redis.call('ZREM', K_RUNNING, unpack(ids, j, last))
@@ -27,7 +39,14 @@ for j = 1, #ids, 1000 do
       local id = ids[j + k - 1]
       local st, payload = decode(raws[k])
       if st.s == 'r' then
-        if stall(id, st, now, 'lease expired', front) == 'x' then
+        if spared[id] then
+          st.w = nil
+          st.ut = fmt(now)
+          st.s = 'q'
+          band_add(front, st.p or '0', id)
+          requeued = requeued + 1
+          spared_count = spared_count + 1
+        elseif stall(id, st, now, 'lease expired', front) == 'x' then
           dead = dead + 1
         else
           requeued = requeued + 1
@@ -41,6 +60,7 @@ for j = 1, #ids, 1000 do
 end
 band_flush(front, 'LPUSH')
 incr('reclaimed', requeued + dead)
+if spared_count > 0 then incr('reclaimed_in_outage', spared_count) end
 wake(requeued)
 -- `more` only when expired leases remain (a full batch alone would cost the caller an empty call).
 local more = #ids == batch and #redis.call('ZRANGEBYSCORE', K_RUNNING, '-inf', fmt(now), 'LIMIT', '0', '1') or 0

@@ -303,16 +303,21 @@ class TaskQueue:
                           "1" if count_stall else "0", clean_message(reason, MAX_ERROR_CHARS))
         return None if refused(reply) else _RELEASED.get(reply)
 
-    def reclaim_expired(self, batch: int = 1000, max_batches: int = 100) -> int:
+    def reclaim_expired(self, batch: int = 1000, max_batches: int = 100,
+                        spare: tuple[int, int] | None = None) -> int:
         """Return tasks whose lease expired to the queue (or to dead past ``max_stalls``).
 
         Works oldest-expiry first in bounded batches; cost is O(expired), not O(running).
+        ``spare`` = (from_ms, to_ms), Redis clock: leases that expired inside it go back without a
+        stall (no worker could reach Redis then; see ``worker_registry.quiet_window``).
         Returns how many leases were reclaimed.
         """
         batch = check_int("batch", batch, 1, MAX_BATCH)
+        spare_from, spare_to = (0, 0) if spare is None else (
+            check_int("spare start", spare[0], 0, 2**53), check_int("spare end", spare[1], 0, 2**53))
         total = 0
         for _ in range(check_int("max_batches", max_batches, 1, 1_000_000)):
-            requeued, dead, more = self._run("reclaim", batch)
+            requeued, dead, more = self._run("reclaim", batch, spare_from, spare_to)
             total += int(requeued) + int(dead)
             if not int(more):
                 break

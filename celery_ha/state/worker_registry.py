@@ -28,9 +28,43 @@ def split_worker(name: str) -> tuple[str, int | None]:
     return (node, int(pid)) if pid.isdigit() and node else (name, None)
 
 
-def heartbeat(client: redis.Redis, namespace: str, worker: str) -> int:
-    """Record that ``worker`` is alive now (Redis time); returns that time in ms."""
-    return int(eval_script(client, _SCRIPTS_DIR, "heartbeat", [QueueKeys(namespace).workers], [worker]))
+def quiet_after(heartbeat_interval: float) -> float:
+    """Seconds without any heartbeat of a namespace that mean its processes could not reach Redis
+    (every live pool process beats every ``heartbeat_interval``)."""
+    return max(2.0, 3 * heartbeat_interval)
+
+
+def heartbeat(client: redis.Redis, namespace: str, worker: str, silence_after: float = 0.0) -> int:
+    """Record that ``worker`` is alive now (Redis time); returns that time in ms.
+
+    With ``silence_after`` (seconds), a beat that ends a silence of the whole namespace longer than
+    that records it (see :func:`quiet_window`)."""
+    keys = QueueKeys(namespace)
+    return int(eval_script(client, _SCRIPTS_DIR, "heartbeat", [keys.workers, keys.meta],
+                           [worker, int(silence_after * 1000)]))
+
+
+def quiet_window(client: redis.Redis, namespace: str, silence_after: float) -> tuple[int, int] | None:
+    """The last stretch (ms, Redis clock) in which no process of the namespace reached Redis: the
+    one going on now when the newest heartbeat is older than ``silence_after``, else the last one
+    a heartbeat recorded; None when there was none (or no process ever beat).
+
+    A lease that expired inside it expired because the platform was down, not because its task
+    killed its worker: the reclaim sweep hands it back without counting a stall."""
+    keys = QueueKeys(namespace)
+    pipe = client.pipeline(transaction=False)
+    pipe.zrevrange(keys.workers, 0, 0, withscores=True)
+    pipe.hmget(keys.meta, ["quiet_from", "quiet_to"])
+    newest, (quiet_from, quiet_to) = pipe.execute()
+    if not newest:
+        return None
+    now = redis_now_ms(client)
+    last_beat = int(newest[0][1])
+    if now - last_beat > silence_after * 1000:
+        return last_beat, now
+    if quiet_from and quiet_to:
+        return int(float(quiet_from)), int(float(quiet_to))
+    return None
 
 
 def unregister(client: redis.Redis, namespace: str, *workers: str) -> None:

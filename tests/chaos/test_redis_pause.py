@@ -1,0 +1,62 @@
+"""The state Redis paused (SIGSTOP) for longer than the lease TTL: every lease expires during the
+pause, yet no task is charged an attempt or a stall, and the crawl resumes by itself on SIGCONT."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from celery_ha.runtime.redis_process import RedisProcess, free_port
+from tests.support.celery_helpers import wait_for
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def state_redis(tmp_path: Path) -> Iterator[RedisProcess]:
+    server = RedisProcess(port=free_port(), data_dir=tmp_path / "state").start()
+    yield server
+    if server.proc is not None and server.proc.poll() is None:
+        server.proc.send_signal(signal.SIGCONT)
+    server.stop()
+
+
+def test_pause_longer_than_the_lease_ttl_counts_no_stall(make_cluster, site, state_redis, redis_server):
+    broker = redis_server.url.rsplit("/", 1)[0] + "/10"  # the broker stays up: only state pauses
+    redis.Redis.from_url(broker).flushdb()
+    cluster = make_cluster(state_url=state_redis.url, broker_url=broker, CELERY_HA_LEASE_TTL="3",
+                           CELERY_HA_HEARTBEAT_INTERVAL="0.5", CELERY_HA_WINDOW="4")
+    site.delays["/case/"] = 1.0  # tasks are running when Redis stops
+    worker = cluster.worker("w1", concurrency=2)
+    beat = cluster.beat()
+    ids = cluster.q.enqueue_many([site.case_url(n) for n in range(16)])
+    cluster.pump()
+    wait_for(lambda: cluster.q.stats()["running"] >= 2, timeout=30, message="two tasks running")
+
+    assert state_redis.proc is not None
+    state_redis.proc.send_signal(signal.SIGSTOP)
+    paused = time.monotonic()
+    wait_for(lambda: time.monotonic() - paused > 7, timeout=10, interval=0.2,
+             message="a pause longer than two lease TTLs")  # the pause itself is what is tested
+    state_redis.proc.send_signal(signal.SIGCONT)
+    back = time.monotonic()
+    done_at_resume = cluster.q.stats()["completed"]
+    wait_for(lambda: cluster.q.stats()["completed"] > done_at_resume, timeout=30, interval=0.1,
+             message="a page finished after the pause")
+    first_progress = time.monotonic() - back
+    wait_for(lambda: all(i is not None and i.state == "completed" for i in cluster.q.get_many(ids)),
+             timeout=60, interval=0.2, message="every page after the pause")
+    infos = cluster.q.get_many(ids)
+    charged = [(i.id, i.attempts, i.stalls, i.error) for i in infos if i.attempts or i.stalls]
+    assert not charged, charged
+    stats = cluster.q.stats()
+    assert stats["dead"] == 0 and stats["completed"] == 16
+    assert stats.get("reclaimed_in_outage", 0) >= 1, stats  # leases did expire during the pause
+    print(f"state Redis paused 7 s (lease TTL 3 s): first page {first_progress:.1f}s after SIGCONT")
+    cluster.kill_group(worker)
+    cluster.kill_group(beat)

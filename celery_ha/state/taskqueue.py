@@ -41,6 +41,7 @@ from celery_ha.base.validation import (
 from celery_ha.redisio.client import redis_client
 from celery_ha.redisio.replicas import replica_wait
 from celery_ha.redisio.scripts import ScriptSet
+from celery_ha.state.counts import queue_stats, ready_ids
 from celery_ha.state.enqueue_args import MAX_BATCH, Row, RowDefaults, build_rows, grouped
 from celery_ha.state.ids import random_id
 from celery_ha.state.keys import QueueKeys
@@ -388,35 +389,9 @@ class TaskQueue:
         return json.loads(raw) if raw else None
 
     def stats(self) -> dict[str, int]:
-        """Counts per state plus lifetime counters, read in one round trip."""
-        k = self.keys
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zrange(k.ready_bands, 0, -1)
-        for key in (k.inflight, k.running, k.delayed, k.dead, k.completed):
-            pipe.zcard(key)
-        pipe.hgetall(k.stats)
-        bands, dispatched, running, delayed, dead, history, counters = pipe.execute()
-        queued = 0
-        if bands:
-            pipe = self.client.pipeline(transaction=False)
-            for band in bands:
-                pipe.llen(k.ready_list(band))
-            queued = sum(pipe.execute())
-        out = {"queued": queued, "dispatched": dispatched, "running": running, "delayed": delayed,
-               "dead": dead, "completed_history": history}
-        counters = {name: int(v) for name, v in counters.items()}
-        out["completed"] = counters.pop("completed", 0)
-        for name in ("enqueued", "duplicates", "claimed", "failed", "retried", "reclaimed", "released",
-                     "redriven", "redispatched", "items", "items_duplicate"):
-            out[name] = counters.pop(name, 0)
-        out.update(counters)
-        out.pop("died", None)
-        return out
+        """Counts per state plus lifetime counters, read in two round trips."""
+        return queue_stats(self.client, self.keys)
 
     def ready_ids(self) -> list[str]:
         """Every queued id in claim order (for tests and tooling; O(queued))."""
-        k = self.keys
-        out: list[str] = []
-        for band in self.client.zrange(k.ready_bands, 0, -1):
-            out.extend(self.client.lrange(k.ready_list(band), 0, -1))
-        return out
+        return ready_ids(self.client, self.keys)

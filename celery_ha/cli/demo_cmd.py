@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.cli.context import CLIContext, check_namespace_option, pass_cli
 
 
 @click.command("demo")
@@ -24,19 +24,24 @@ from celery_ha.cli.context import CLIContext, pass_cli
               help="Local forward proxies on 127.0.0.x.")
 @click.option("--report-json", type=click.Path(dir_okay=False, writable=True, path_type=Path),
               help="Also write the final report as JSON to this file.")
+@click.option("--namespace", "-n", callback=check_namespace_option,
+              help="Namespace of the demo's crawl (same as the global -n; default: demo).")
 @pass_cli
 def command(obj: CLIContext, pages: int, workers: int, concurrency: int, chaos: bool, timeout: float,
-            proxies: int, report_json: Path | None) -> None:
+            proxies: int, report_json: Path | None, namespace: str | None) -> None:
     """Crawl a local simulated legal-documents site through a local proxy farm, with chaos.
 
     Starts the site, the proxies, WORKERS Celery workers and beat as real processes, crawls the
     paginated list and every detail page, kills pool children and a whole worker on the way, and
     verifies against the site that no item was lost or duplicated. Exit 0 only if verified.
     Everything it started is stopped at the end (also on Ctrl-C). Uses the namespace "demo" unless
-    --namespace is given, and refuses to touch a namespace it did not create.
+    --namespace is given (here or before the command), and refuses to touch a namespace it did not
+    create.
     """
     from celery_ha.demo.runner import DemoOptions, run_demo
 
+    if namespace:
+        obj.namespace_option = namespace
     ok = run_demo(obj, DemoOptions(pages=pages, workers=workers, concurrency=concurrency, chaos=chaos,
                                    timeout=timeout, proxies=proxies, report_json=report_json))
     if not ok:

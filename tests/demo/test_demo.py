@@ -83,11 +83,14 @@ def test_demo_refuses_a_namespace_it_did_not_create(redis_url: str, tmp_path: Pa
     from celery_ha import TaskQueue
 
     TaskQueue.from_url(redis_url, namespace="precious").enqueue("https://example.com/")
-    result = subprocess.run([*CLI, "--redis-url", redis_url, "--namespace", "precious", "demo", "--pages",
-                             "20"], env=_env(tmp_path), capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1
-    assert result.stderr.strip().splitlines() == [
-        "Error: namespace 'precious' holds data the demo did not create; pick another one with --namespace"]
+    # The namespace before the command (global) and after it (the demo's own option) mean the same.
+    for where in (["--namespace", "precious", "demo"], ["demo", "--namespace", "precious"]):
+        result = subprocess.run([*CLI, "--redis-url", redis_url, *where, "--pages", "20"],
+                                env=_env(tmp_path), capture_output=True, text=True, timeout=60)
+        assert result.returncode == 1
+        assert result.stderr.strip().splitlines() == [
+            "Error: namespace 'precious' holds data the demo did not create; pick another one with "
+            "--namespace"]
     assert TaskQueue.from_url(redis_url, namespace="precious").stats()["queued"] == 1
 
 

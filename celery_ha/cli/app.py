@@ -91,12 +91,13 @@ def _register() -> None:
         redis_cmd,
         stats_cmd,
         task_cmd,
+        tasks_cmd,
         up_cmd,
         workers_cmd,
     )
 
-    for module in (demo_cmd, up_cmd, enqueue_cmd, stats_cmd, task_cmd, dead_cmd, proxies_cmd, export_cmd,
-                   workers_cmd, purge_cmd, redis_cmd):
+    for module in (demo_cmd, up_cmd, enqueue_cmd, stats_cmd, task_cmd, tasks_cmd, dead_cmd, proxies_cmd,
+                   export_cmd, workers_cmd, purge_cmd, redis_cmd):
         main.add_command(module.command)
 
 

@@ -17,19 +17,19 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import re
 import stat
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import IO, Any, NamedTuple
 
 import click
 
 from celery_ha.cli.context import CLIContext, pass_cli
-from celery_ha.state.sink import iter_items
+from celery_ha.cli.formats import FORMATS, write_csv, write_jsonl
+from celery_ha.state.sink import count_items, iter_items
 
 #: A directory of open descriptors, as ``realpath`` spells it (``/proc/self`` -> ``/proc/PID``).
 _FD_DIR = re.compile(r"/proc/(\d+)(?:/task/\d+)?/fd")
@@ -143,15 +143,6 @@ def open_output(output: str) -> Output:
     return Output(stream, tmp, target.path)
 
 
-def write_lines(out: IO[str], items: Iterable[Any]) -> int:
-    count = 0
-    for item in items:
-        out.write(json.dumps(item, ensure_ascii=False) + "\n")
-        count += 1
-    out.flush()
-    return count
-
-
 def silence_stdout() -> None:
     """After EPIPE on stdout: point fd 1 at /dev/null, so the interpreter's last flush of what is
     still buffered cannot fail ('Exception ignored ... BrokenPipeError', exit 120)."""
@@ -166,28 +157,53 @@ def silence_stdout() -> None:
         os.close(devnull)
 
 
+def write_items(out: IO[str], items: Iterable[Any], fmt: str, columns: list[str] | None,
+                tick: Callable[[], None]) -> int:
+    if fmt == "csv":
+        return write_csv(out, items, tick, columns)
+    return write_jsonl(out, items, tick)
+
+
+def _columns(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    names = [c.strip() for c in value.split(",")]
+    if not all(names) or len(set(names)) != len(names):
+        raise click.BadParameter("a comma-separated list of distinct, non-empty field names")
+    return names
+
+
 @click.command("export")
-@click.option("--format", "fmt", type=click.Choice(["jsonl"]), default="jsonl", show_default=True,
-              help="Output format (JSON Lines: one item per line).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="jsonl", show_default=True,
+              help="jsonl: one item per line (lossless); csv: a header row, then a column per field.")
+@click.option("--columns", callback=_columns, metavar="A,B,…",
+              help="CSV columns, in order (default: the fields of the first 1,000 items).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True, allow_dash=True), default="-",
               show_default=True, help="File to write ('-' = stdout). A regular file is replaced atomically "
                                       "(mode kept, symlinks followed); a FIFO or device is written into.")
 @pass_cli
-def command(obj: CLIContext, fmt: str, output: str) -> None:
-    """Export every item the crawl emitted (each exactly once), in commit order."""
-    del fmt  # one format today; the option is the stable interface for more
+def command(obj: CLIContext, fmt: str, columns: list[str] | None, output: str) -> None:
+    """Export every item the crawl emitted (each exactly once), in commit order.
+
+    Writing to a file shows a progress bar on a terminal's stderr.
+    """
+    if columns is not None and fmt != "csv":
+        raise click.UsageError("--columns goes with --format csv")
     items = iter_items(obj.client, obj.namespace)
     if output == "-":
         try:
-            count = write_lines(sys.stdout, items)
+            count = write_items(sys.stdout, items, fmt, columns, lambda: None)
         except BrokenPipeError:  # the reader is gone (`| head`): stop quietly, like other tools
             silence_stdout()
             return
         click.echo(f"exported {count} item(s)", err=True)
         return
     out = open_output(output)
+    total = count_items(obj.client, obj.namespace)
     try:
-        count = write_lines(out.stream, items)
+        with click.progressbar(length=total, label="exporting", file=sys.stderr,
+                               hidden=not sys.stderr.isatty()) as bar:
+            count = write_items(out.stream, items, fmt, columns, lambda: bar.update(1))
         out.commit()
     except BrokenPipeError:  # a FIFO's or pipe's reader is gone
         return

@@ -241,3 +241,23 @@ def test_dev_stdout_redirected_to_a_file_appends_to_it(redis_url: str, q: TaskQu
     assert done.returncode == 0, done.stderr
     assert log.read_text(encoding="utf-8") == "header line\n" + jsonl(expected)  # appended, not replaced
     assert list(tmp_path.iterdir()) == [log]
+
+
+def test_csv_with_inferred_and_named_columns(redis_url: str, q: TaskQueue, tmp_path: Path) -> None:
+    import csv
+    import io
+
+    lease = q.claim(q.enqueue("https://example.com/csv"), "w1")
+    q.commit(lease, [("a", {"title": "Ü, \"quoted\"", "n": 1}), ("b", {"n": 2, "tags": ["x", "y"]}),
+                     ("c", {"title": "line\nbreak", "extra": None})])
+    result = export(redis_url, "--format", "csv")
+    assert result.exit_code == 0, result.output
+    rows = list(csv.reader(io.StringIO(result.stdout)))
+    assert rows == [["title", "n", "tags", "extra"], ['Ü, "quoted"', "1", "", ""], ["", "2", '["x","y"]', ""],
+                    ["line\nbreak", "", "", ""]]
+    target = tmp_path / "out.csv"
+    result = export(redis_url, "--format", "csv", "--columns", "n,title", "-o", str(target))
+    assert result.exit_code == 0, result.output
+    assert list(csv.reader(io.StringIO(target.read_text()))) == [
+        ["n", "title"], ["1", 'Ü, "quoted"'], ["2", ""], ["", "line\nbreak"]]
+    assert "exported 3 item(s)" in result.stderr

@@ -16,6 +16,7 @@ from typing import Any
 
 from celery import shared_task
 
+from celery_ha.integration.celery_outcome import DurableTaskDead, report
 from celery_ha.integration.context import DurableContext
 from celery_ha.integration.queues import CRAWL
 from celery_ha.integration.runner import run_message
@@ -36,11 +37,12 @@ def durable_task(name: str | None = None, *, queue: str = CRAWL, item_key: str |
     def decorate(fn: Callable[[DurableContext], Any]) -> Any:
         task_name = name or fn.__name__
         spec = DurableTask(name=task_name, fn=fn, queue=queue, item_key=item_key)
+        # throws: a dead letter is an expected outcome, logged in one line without a traceback.
         options = {"acks_late": True, "ignore_result": True, "reject_on_worker_lost": False,
-                   **celery_options}
+                   "throws": (DurableTaskDead,), **celery_options}
 
         def run(self: Any, task_id: str) -> str:
-            return run_message(spec, self, task_id)
+            return report(run_message(spec, self, task_id))
 
         run.__name__ = fn.__name__
         run.__doc__ = fn.__doc__

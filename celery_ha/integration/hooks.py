@@ -26,6 +26,8 @@ from typing import Any
 import redis
 from celery import signals
 
+from celery_ha.integration.broker_epoch import broker_lost_messages
+from celery_ha.integration.celery_outcome import quiet_reject_tracebacks
 from celery_ha.integration.child_reaper import FastChildReaper
 from celery_ha.integration.failover import on_child_lost
 from celery_ha.integration.lease_keeper import keeper
@@ -78,6 +80,7 @@ class WorkerHooks:
     def celeryd_init(self, sender: str | None = None, **_: Any) -> None:
         if sender:
             set_node(sender)
+        quiet_reject_tracebacks()  # before the fork: every pool child inherits it
         warning = self._eviction_warning()
         if warning and not services().settings.allow_eviction:
             # SystemExit passes through Celery's signal dispatch: the worker stops before consuming.
@@ -113,7 +116,12 @@ class WorkerHooks:
         rt = services()
         # What this node can run, so `celery-ha enqueue` can refuse a misspelt task name.
         register_task_names(rt.client, rt.settings.namespace, rt.node, list(REGISTRY))
-        pump_quietly(self.app, rt)
+        # Plants the broker marker before any message of this worker's era can be lost, and
+        # re-sends at once what a broker that came back empty while no worker ran has lost.
+        lost = broker_lost_messages(self.app, rt)
+        if lost:
+            log.warning("the broker lost its messages (restarted empty?): re-sending dispatched tasks")
+        pump_quietly(self.app, rt, redispatch_after=0 if lost else None)
 
     def task_failure(self, sender: Any = None, exception: BaseException | None = None, args: Any = None,
                      **_: Any) -> None:

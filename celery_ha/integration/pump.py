@@ -78,11 +78,11 @@ def pump(q: TaskQueue, app: Any, settings: Settings, window: int | None = None,
     return sent
 
 
-def pump_quietly(app: Any, rt: Services) -> int:
+def pump_quietly(app: Any, rt: Services, redispatch_after: float | None = None) -> int:
     """Pump where a failure must not fail the caller (after a task, after a failover): the sweep of
     beat or of a worker watchdog pumps again later. Returns how many were sent (0 on failure)."""
     try:
-        return pump(rt.queue, app, rt.settings)
+        return pump(rt.queue, app, rt.settings, redispatch_after=redispatch_after)
     except Exception as exc:
         log.warning("pump failed (the next sweep pumps again): %s", exc)
         return 0

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -34,7 +35,23 @@ log = logging.getLogger(__name__)
 CLAIM_PATIENCE = 5.0
 
 
-def run_message(spec: DurableTask, celery_task: Any, task_id: str) -> str:
+@dataclass(frozen=True)
+class Outcome:
+    """What one message's run did to its durable task (``celery_outcome`` shows it to Celery).
+
+    ``kind``: completed; dropped (duplicate or stale message); lost (the lease was taken over);
+    released / abandoned (handed back: it runs again); failed:retry / failed:dead (an attempt
+    counted: a retry waits in Redis until ``due_at``, or the task is dead).
+    """
+
+    kind: str
+    task_id: str
+    url: str = ""
+    detail: str = ""
+    due_at: float | None = None  # retry due time, Redis clock (epoch seconds)
+
+
+def run_message(spec: DurableTask, celery_task: Any, task_id: str) -> Outcome:
     """Execute one Celery message for durable task ``task_id``; returns the outcome."""
     hostname = getattr(getattr(celery_task, "request", None), "hostname", None)
     if hostname:
@@ -55,10 +72,10 @@ def run_message(spec: DurableTask, celery_task: Any, task_id: str) -> str:
         raise Reject(str(exc), requeue=True) from None
     if lease is None:
         log.info("task %s is not claimable (duplicate or stale message): dropped", task_id)
-        return "dropped"
+        return Outcome("dropped", task_id, detail="duplicate or stale message: the task is not claimable")
     ctx = DurableContext(lease, rt, spec)
     keep.track(ctx)
-    outcome = "completed"
+    outcome = Outcome("completed", task_id, lease.task.url)
     try:
         with stop.running(ctx):
             with stop.user_code():
@@ -67,7 +84,7 @@ def run_message(spec: DurableTask, celery_task: Any, task_id: str) -> str:
             ctx._commit(None)
             rt.queue.complete(lease)
     except LeaseLost as exc:
-        outcome = "lost"
+        outcome = Outcome("lost", task_id, lease.task.url, f"lease lost: {exc}")
         log.warning("task %s stopped, its lease is lost: %s", task_id, exc)
     except GracefulStop:
         outcome = _hand_back(ctx, rt, "worker shutting down")
@@ -87,7 +104,7 @@ def run_message(spec: DurableTask, celery_task: Any, task_id: str) -> str:
     return outcome
 
 
-def _hand_back(ctx: DurableContext, rt: Services, reason: str) -> str:
+def _hand_back(ctx: DurableContext, rt: Services, reason: str) -> Outcome:
     """Keep what was produced (keyed, so safe), then release the lease without counting a stall;
     the release is retried while the lease lives (Redis may be coming back)."""
     with contextlib.suppress(LeaseLost, redis.RedisError):
@@ -100,19 +117,24 @@ def _hand_back(ctx: DurableContext, rt: Services, reason: str) -> str:
                                                        reason=reason), deadline)
     except redis.RedisError as exc:
         log.warning("could not release task %s (%s): its lease will expire", ctx.task_id, exc)
-        return "abandoned"
+        return Outcome("abandoned", ctx.task_id, ctx.url,
+                       f"handed back ({reason}); the release failed, the lease expires")
     log.warning("task %s handed back (%s): %s", ctx.task_id, reason, state)
-    return "released"
+    return Outcome("released", ctx.task_id, ctx.url, f"handed back: {reason}")
 
 
-def _fail(ctx: DurableContext, rt: Services, error: str, retry: bool) -> str:
+def _fail(ctx: DurableContext, rt: Services, error: str, retry: bool) -> Outcome:
     try:
         result = rt.queue.fail(ctx.lease, error, retry=retry)
-    except LeaseLost:
-        return "lost"
+    except LeaseLost as exc:
+        return Outcome("lost", ctx.task_id, ctx.url, f"lease lost: {exc}")
     except redis.RedisError as exc:
         if not is_infrastructure_error(exc):
             raise
         return _hand_back(ctx, rt, f"Redis unavailable while failing ({exc}); not counted")
     log.warning("task %s failed (%s): %s", ctx.task_id, result, error)
-    return f"failed:{result}"
+    due_at = None
+    if result == "retry":
+        with contextlib.suppress(redis.RedisError):  # only for display: the retry is in Redis already
+            due_at = rt.queue.get(ctx.task_id).due_at
+    return Outcome(f"failed:{result}", ctx.task_id, ctx.url, error, due_at)

@@ -9,9 +9,10 @@
   KEYS[11] wake (one token per requeued task)
   ARGV[1] namespace prefix
   ARGV[2] batch (most leases reclaimed per call)
-  ARGV[3] spare_from, ARGV[4] spare_to: ms (Redis clock) of a stretch in which no worker could reach
-    Redis (worker_registry.quiet_window); a lease that expired inside it goes back to the queue
-    without a stall: the platform was down, not the task. "0" "0" = none.
+  ARGV[3] spare_from: start (ms, Redis clock) of a stretch in which no worker could reach Redis
+    (worker_registry.quiet_window); a lease that expired inside it goes back to the queue without a
+    stall: the platform was down, not the task. "0" with ARGV[4] "0" = none.
+  ARGV[4] spare_to: end of that stretch (ms, Redis clock)
   Reply: {requeued, dead, more (1 if expired leases remain)}
 ]]
 --#include _common

@@ -167,11 +167,14 @@ def test_runner_outcomes(rt: Runtime) -> None:
     t2 = q.enqueue("http://example.test/gone", task="unit_task")
     t3 = q.enqueue("http://example.test/flaky", task="unit_task")
     t4 = q.enqueue("http://example.test/next", task="unit_task")
-    assert run_message(_spec(ok), task, t1) == "completed"
-    assert run_message(_spec(ok), task, t1) == "dropped"  # duplicate message after completion
-    assert run_message(_spec(gone), task, t2) == "failed:dead"
+    assert run_message(_spec(ok), task, t1).kind == "completed"
+    assert run_message(_spec(ok), task, t1).kind == "dropped"  # duplicate message after completion
+    dead = run_message(_spec(gone), task, t2)
+    assert (dead.kind, dead.url, dead.detail) == ("failed:dead", "http://example.test/gone",
+                                                  "PermanentFetchError: HTTP 404")
     assert q.get(t2).attempts == 1
-    assert run_message(_spec(flaky), task, t3) == "failed:retry"
+    retry = run_message(_spec(flaky), task, t3)
+    assert retry.kind == "failed:retry" and retry.due_at == q.get(t3).due_at
     assert q.get(t3).state == "delayed"
     assert count_items(rt.client, "unit") == 1
     # the first finished task pumped: the queued ones were sent once each, carrying only their id

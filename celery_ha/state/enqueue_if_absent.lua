@@ -1,0 +1,48 @@
+--[[ Create tasks under ids the caller fixed earlier, unless a task with the id is present: the
+  idempotent replay of an enqueue whose id was already handed out (Django's transactional outbox
+  pushes a request again when it cannot tell whether an earlier push arrived). Unlike enqueue.lua, a
+  present random id (dedup off) is not a collision to retry under a new id: it is this very task.
+  KEYS[1]  tasks
+  KEYS[2]  readyp
+  KEYS[8]  seen (a finished dedup id counts as present)
+  KEYS[10] stats
+  KEYS[11] wake (one token per created task, for blocked claim_next callers)
+  ARGV[1] namespace prefix
+  ARGV[2..] runs as in enqueue.lua: count, priority, dedup (1/0), task name, max_attempts, max_stalls,
+    then count x (id, payload JSON)
+  Reply: one character per task, in order: '1' created now, '0' present already (nothing written; a
+    present dedup task counts in stats 'duplicates', as in enqueue.lua)
+]]
+--#include _common
+local now = now_ms()
+local reply = {}
+local created, duplicates = 0, 0
+local queued = band_batch()
+
+local i = 2
+while i <= #ARGV do
+  local count, p, dd, name = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local st = {n = name, ct = fmt(now), ma = ARGV[i + 4], ms = ARGV[i + 5], s = 'q'}
+  if p ~= '0' then st.p = p end
+  if dd == '1' then st.dd = '1' end
+  local head = cjson.encode(st) .. '\n'
+  i = i + 6
+  for _ = 1, count do
+    local id = ARGV[i]
+    if redis.call('HEXISTS', K_TASKS, id) == 1 or redis.call('SISMEMBER', K_SEEN, id) == 1 then
+      reply[#reply + 1] = '0'
+      if dd == '1' then duplicates = duplicates + 1 end
+    else
+      redis.call('HSET', K_TASKS, id, head .. ARGV[i + 1])
+      band_add(queued, p, id)
+      created = created + 1
+      reply[#reply + 1] = '1'
+    end
+    i = i + 2
+  end
+end
+band_flush(queued, 'RPUSH')
+incr('duplicates', duplicates)
+incr('enqueued', created)
+wake(created)
+return table.concat(reply)

@@ -1,0 +1,102 @@
+"""``enqueue_if_absent``: creating tasks under ids fixed earlier, idempotently (the outbox's door)."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from celery_ha import InvalidInput, TaskQueue
+from celery_ha.state.replay import enqueue_if_absent
+from tests.support.invariants import check_invariants
+
+
+@pytest.fixture
+def q(redis_url: str) -> TaskQueue:
+    return TaskQueue.from_url(redis_url, namespace="replay")
+
+
+def _everything(r: redis.Redis) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key in sorted(r.keys("*")):
+        kind = r.type(key)
+        out[key] = (r.hgetall(key) if kind == "hash" else r.zrange(key, 0, -1, withscores=True)
+                    if kind == "zset" else r.lrange(key, 0, -1) if kind == "list" else r.smembers(key))
+    return out
+
+
+def test_a_replayed_request_queues_once_with_dedup_or_without(q: TaskQueue, r: redis.Redis) -> None:
+    specs = [{"url": "https://example.com/a", "task": "fetch_page", "dedup": True},
+             {"url": "https://example.com/a", "task": "fetch_page", "dedup": False, "priority": 5,
+              "meta": {"k": 1}, "max_attempts": 7}]
+    ids = q.task_ids(specs[:1]) + q.task_ids(specs[1:], dedup=False)
+    pairs = list(zip(ids, specs, strict=True))
+
+    assert enqueue_if_absent(q, pairs) == [True, True]
+    before = _everything(r)
+    assert enqueue_if_absent(q, pairs) == [False, False]  # sent again: nothing new
+    after = _everything(r)
+    stats_key = "cha:{replay}:stats"
+    assert before.pop(stats_key) != after.pop(stats_key)  # only the duplicate counter moved
+    assert before == after
+    assert sorted(q.ready_ids()) == sorted(ids)
+    stats = q.stats()
+    assert (stats["queued"], stats["enqueued"], stats["duplicates"]) == (2, 2, 1)  # dedup one counts
+
+    plain = q.get(ids[1])
+    assert (plain.url, plain.priority, plain.meta, plain.max_attempts, plain.dedup) == (
+        "https://example.com/a", 5, {"k": 1}, 7, False)
+    assert q.get(ids[0]).dedup is True
+    check_invariants(r, q)
+
+
+def test_the_record_is_the_one_enqueue_writes(q: TaskQueue, redis_url: str) -> None:
+    spec = {"url": "https://example.com/x?b=2&a=1", "task": "crawl_list", "priority": -3,
+            "meta": {"page": 2}, "max_attempts": 2, "max_stalls": 1}
+    (tid,) = q.task_ids([spec])
+    assert enqueue_if_absent(q, [(tid, spec)]) == [True]
+    other = TaskQueue.from_url(redis_url, namespace="plain")
+    assert other.enqueue(**spec) == tid
+    mine, theirs = q.get(tid).as_dict(), other.get(tid).as_dict()
+    for info in (mine, theirs):
+        info.pop("created_at")
+    assert mine == theirs
+
+
+def test_a_finished_dedup_task_is_not_created_again(q: TaskQueue, r: redis.Redis) -> None:
+    (tid,) = q.task_ids(["https://example.com/done"])
+    assert enqueue_if_absent(q, [(tid, "https://example.com/done")]) == [True]
+    # What a completion leaves once the history is trimmed: the id in `seen`, no record.
+    r.delete(q.keys.tasks, q.keys.ready_list(0), q.keys.ready_bands)
+    r.sadd(q.keys.seen, tid)
+    assert enqueue_if_absent(q, [(tid, "https://example.com/done")]) == [False]
+    assert q.ready_ids() == [] and r.hlen(q.keys.tasks) == 0
+
+
+def test_the_same_id_twice_in_one_call_is_created_once(q: TaskQueue) -> None:
+    (tid,) = q.task_ids(["https://example.com/twice"], dedup=False)
+    spec = {"url": "https://example.com/twice", "dedup": False}
+    assert enqueue_if_absent(q, [(tid, spec), (tid, spec)]) == [True, False]
+    assert q.ready_ids() == [tid]
+
+
+@pytest.mark.parametrize("tasks", [
+    [("id1", {"url": "ftp://nope"})],
+    [("id1", "https://example.com/ok"), ("id2", {"url": "https://example.com/", "priority": 10**6})],
+    [("", "https://example.com/")],
+    [("x" * 300, "https://example.com/")],
+    [("id\n1", "https://example.com/")],
+    [("only-an-id",)],
+    "https://example.com/",
+])
+def test_bad_input_writes_nothing(q: TaskQueue, r: redis.Redis, tasks: object) -> None:
+    with pytest.raises(InvalidInput):
+        enqueue_if_absent(q, tasks)  # type: ignore[arg-type]
+    assert r.dbsize() == 0
+
+
+def test_large_replays_go_in_batches(q: TaskQueue) -> None:
+    specs = [{"url": f"https://example.com/p/{i}", "dedup": False} for i in range(2500)]
+    ids = q.task_ids(specs, dedup=False)
+    assert sum(enqueue_if_absent(q, list(zip(ids, specs, strict=True)))) == 2500
+    assert sum(enqueue_if_absent(q, list(zip(ids, specs, strict=True)))) == 0
+    assert q.stats()["queued"] == 2500

@@ -82,6 +82,7 @@ def main(ctx: click.Context, redis_url: str | None, namespace: str | None) -> No
 def _register() -> None:
     """Attach the command modules (imported here so each stays a small, independent file)."""
     from celery_ha.cli import (
+        control_cmd,
         dead_cmd,
         demo_cmd,
         enqueue_cmd,
@@ -99,6 +100,8 @@ def _register() -> None:
     for module in (demo_cmd, up_cmd, enqueue_cmd, stats_cmd, task_cmd, tasks_cmd, dead_cmd, proxies_cmd,
                    export_cmd, workers_cmd, purge_cmd, redis_cmd):
         main.add_command(module.command)
+    for command in (control_cmd.cancel, control_cmd.pause_command, control_cmd.resume_command):
+        main.add_command(command)
 
 
 _register()

@@ -17,8 +17,9 @@ from rich.text import Text
 from celery_ha.base.masking import mask_url
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.cli.errors import one_line
-from celery_ha.cli.render import console, echo_json
+from celery_ha.cli.render import console, echo_json, when
 from celery_ha.redisio.memory_policy import eviction_policy, eviction_warning
+from celery_ha.state.pause import paused
 
 STATES = ("queued", "delayed", "dispatched", "running", "completed", "dead")
 PENDING = ("queued", "delayed", "dispatched", "running")
@@ -26,7 +27,8 @@ PENDING = ("queued", "delayed", "dispatched", "running")
 
 def snapshot(obj: CLIContext) -> dict[str, Any]:
     """Queue stats plus the proxy pool's summary (when the pool has one)."""
-    data: dict[str, Any] = {"namespace": obj.namespace, **obj.queue.stats()}
+    data: dict[str, Any] = {"namespace": obj.namespace, **obj.queue.stats(),
+                            "paused": paused(obj.client, obj.namespace)}
     try:
         data["proxies"] = obj.pool.stats()
     except (ImportError, AttributeError):
@@ -47,6 +49,10 @@ def _table(data: dict[str, Any], rate: float | None = None) -> Table:
         extra.add_row(name, str(data.get(name, 0)))
     if rate is not None:
         extra.add_row("rate", f"{rate:.1f} tasks/s")
+    if data.get("paused"):
+        reason = data["paused"]["reason"]
+        extra.add_row("paused", f"since {when(data['paused']['since'])}" + (f": {reason}" if reason else "")
+                      + " (celery-ha resume)")
     proxies = data.get("proxies")
     if isinstance(proxies, dict) and proxies:
         zones = ("available", "in_use", "new", "temp_banned", "perm_banned")

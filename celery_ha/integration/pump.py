@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from typing import Any
 
+from celery_ha.base.per_process import PerProcess
 from celery_ha.base.settings import Settings
 from celery_ha.integration.broker import waiting_ids
 from celery_ha.integration.queues import broker_queue
 from celery_ha.integration.services import Services
 from celery_ha.integration.task_spec import logical_queue
 from celery_ha.state import Dispatched, TaskQueue
+from celery_ha.state.pause import paused
 from celery_ha.state.worker_registry import alive_count
 
 log = logging.getLogger(__name__)
@@ -33,13 +36,41 @@ def celery_priority(priority: int) -> int:
     return max(0, min(9, 3 - int(priority)))
 
 
+class _WindowCache:
+    """The live-worker count behind the window and the namespace's pause flag, read at most once
+    per heartbeat interval per process: the pump runs after every task, and reading them each time
+    cost three round trips per task for figures that change only when workers come or go, or when
+    an operator pauses the crawl."""
+
+    def __init__(self) -> None:
+        self.key: tuple[str, int] | None = None
+        self.alive = 0
+        self.paused = False
+        self.until = 0.0
+
+    def refresh(self, q: TaskQueue, settings: Settings) -> _WindowCache:
+        key = (q.namespace, id(q.client))
+        now = time.monotonic()
+        if key != self.key or now >= self.until:
+            self.paused = paused(q.client, q.namespace) is not None
+            self.alive = 0 if settings.window > 0 else alive_count(
+                q.client, q.namespace, max_age=max(settings.lease_ttl, 3 * settings.heartbeat_interval))
+            self.key, self.until = key, now + settings.heartbeat_interval
+        return self
+
+
+_window = PerProcess(_WindowCache)
+
+
 def effective_window(q: TaskQueue, settings: Settings) -> int:
-    """``CELERY_HA_WINDOW``, else 2 x the concurrency of the live workers (at least 2)."""
+    """0 while the namespace is paused; else ``CELERY_HA_WINDOW``, else 2 x the concurrency of the
+    live workers (at least 2)."""
+    current = _window.get().refresh(q, settings)
+    if current.paused:
+        return 0
     if settings.window > 0:
         return settings.window
-    alive = alive_count(q.client, q.namespace, max_age=max(settings.lease_ttl,
-                                                            3 * settings.heartbeat_interval))
-    return max(2, 2 * alive)
+    return max(2, 2 * current.alive)
 
 
 def message_id(task_id: str) -> str:

@@ -45,7 +45,7 @@ from celery_ha.state.counts import queue_stats, ready_ids
 from celery_ha.state.enqueue_args import MAX_BATCH, Row, RowDefaults, build_rows, grouped
 from celery_ha.state.ids import random_id
 from celery_ha.state.keys import QueueKeys
-from celery_ha.state.records import Dispatched, Lease, TaskInfo
+from celery_ha.state.records import STATE_NAMES, Dispatched, Lease, TaskInfo
 from celery_ha.state.replies import Refusal, dispatched_from, lease_from, raise_for, refused
 
 _HERE = Path(__file__).parent
@@ -333,6 +333,17 @@ class TaskQueue:
         after_ms = int(check_number("redispatch_after", redispatch_after, 0, 30 * 86_400, "seconds") * 1000)
         return dispatched_from(self._run("dispatch", window, after_ms,
                                          check_int("promote_limit", promote_limit, 1, MAX_BATCH)))
+
+    def cancel(self, task_id: str, reason: str = "by the operator") -> str | None:
+        """End a task as dead with ``cancelled: <reason>`` (redrive brings it back); a running one
+        stops at its holder's next fenced write. Returns the state it left, or None when it had
+        already finished (completed or dead); TaskNotFound for an unknown id."""
+        reply = self._run("cancel", _task_id(task_id), clean_message(reason, MAX_ERROR_CHARS))
+        if refused(reply):
+            if reply == Refusal.UNKNOWN:
+                raise_for(reply, task_id, namespace=self.namespace)
+            return None
+        return str(STATE_NAMES[str(reply)])
 
     # ------------------------------------------------------------------ dead letters
     def dead(self, limit: int = 100, offset: int = 0) -> list[TaskInfo]:

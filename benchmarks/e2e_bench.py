@@ -1,0 +1,221 @@
+"""End to end through Celery: plain Celery tasks vs celery-ha durable tasks, side by side in one run.
+
+Same Redis server (state in db 0, broker in db 1), same worker shape (``celery worker -P prefork -c N``,
+acks_late, prefetch 1, JSON, task events on), rounds alternating plain / durable, medians.
+
+    python benchmarks/e2e_bench.py                 # kinds noop and page, -c 2 4 8, 3 rounds (~6 min)
+    python benchmarks/e2e_bench.py --quick         # -c 2 only, 1 round, fewer tasks (~1 min)
+    python benchmarks/e2e_bench.py --concurrency 2 --tasks 3000 --rounds 5
+
+Kinds: ``noop`` (the task does nothing: the orchestration's own cost) and ``page`` (GET of a local
+page, parse its title, store one item). A round times submission to the last completion: plain Celery
+gets its N messages sent at once; durable tasks are enqueued in one call and pumped through the
+window. Per task, from the server's INFO deltas over the round: ``reads`` (``total_reads_processed``:
+one per request a client sent, a pipeline being one, so round trips) and ``commands``
+(``total_commands_processed``: commands inside Lua scripts included). The plain tasks add one INCR each
+so the bench can see them finish; the durable ones are watched through ``stats()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from celery_ha.runtime.redis_process import RedisProcess, free_port  # noqa: E402
+from celery_ha.state import TaskQueue  # noqa: E402
+
+CELERY = str(Path(sys.executable).parent / "celery")
+NS = "e2e"
+PAGE = b"<html><head><title>bench page</title></head><body>" + b"<p>text</p>" * 200 + b"</body></html>"
+
+
+class _Page(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(PAGE)))
+        self.end_headers()
+        self.wfile.write(PAGE)
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+def start_site() -> tuple[http.server.ThreadingHTTPServer, str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Page)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+class Bench:
+    def __init__(self, redis_url: str, site: str, tmp: Path) -> None:
+        base = redis_url.rsplit("/", 1)[0]
+        self.state_url, self.broker_url = f"{base}/0", f"{base}/1"
+        self.site = site
+        self.tmp = tmp
+        self.r = redis.Redis.from_url(self.state_url, decode_responses=True)
+        self.env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_STATE_URL": self.state_url,
+                    "BENCH_BROKER_URL": self.broker_url, "CELERY_HA_REDIS_URL": self.state_url,
+                    "CELERY_BROKER_URL": self.broker_url, "CELERY_HA_NAMESPACE": NS,
+                    "CELERY_HA_EXTRA_IMPORTS": "benchmarks.e2e_durable", "CELERY_HA_OBEY_ROBOTS": "0"}
+
+    # ------------------------------------------------------------------ workers
+    def worker(self, system: str, concurrency: int) -> subprocess.Popen[bytes]:
+        app = "benchmarks.e2e_plain" if system == "plain" else "celery_ha"
+        log = open(self.tmp / f"{system}-{concurrency}.log", "ab")
+        proc = subprocess.Popen([CELERY, "-A", app, "worker", "-P", "prefork", "-c", str(concurrency),
+                                 "-n", f"{system}@bench", "--without-gossip", "--without-mingle",
+                                 "--without-heartbeat", "-l", "warning"],
+                                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        self._wait_ready(system, concurrency, proc)
+        return proc
+
+    def _wait_ready(self, system: str, concurrency: int, proc: subprocess.Popen[bytes]) -> None:
+        deadline = time.monotonic() + 60
+        probe = self.r
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{system} worker exited (see {self.tmp})")
+            if system == "durable":
+                if int(probe.zcard(f"cha:{{{NS}}}:workers")) >= concurrency:
+                    return
+            else:
+                out = subprocess.run([CELERY, "-A", "benchmarks.e2e_plain", "inspect", "ping", "-t", "1"],
+                                     cwd=ROOT, env=self.env, capture_output=True, text=True)
+                if "pong" in out.stdout:
+                    return
+            time.sleep(0.2)
+        raise RuntimeError(f"{system} worker not ready after 60 s")
+
+    @staticmethod
+    def stop(proc: subprocess.Popen[bytes]) -> None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+    # ------------------------------------------------------------------ rounds
+    def _info(self) -> tuple[int, int]:
+        stats = self.r.info("stats")
+        return int(stats["total_reads_processed"]), int(stats["total_commands_processed"])
+
+    def _reset(self) -> None:
+        for db_url in (self.state_url, self.broker_url):
+            client = redis.Redis.from_url(db_url)
+            for key in client.scan_iter(count=1000):
+                if not key.startswith(b"cha:{" + NS.encode() + b"}:workers") and \
+                        not key.startswith(b"cha:{" + NS.encode() + b"}:tasknames"):
+                    client.unlink(key)
+            client.close()
+
+    def round(self, system: str, kind: str, n: int) -> dict[str, float]:
+        self._reset()
+        urls = [f"{self.site}/p/{i}" for i in range(n)]
+        reads0, cmds0 = self._info()
+        started = time.perf_counter()
+        if system == "plain":
+            from benchmarks.e2e_plain import app
+
+            name = "plain_noop" if kind == "noop" else "plain_page"
+            with app.producer_or_acquire() as producer:
+                for i, url in enumerate(urls):
+                    app.send_task(name, args=[i if kind == "noop" else url], producer=producer)
+            self._wait(lambda: int(self.r.get("plain:done") or 0) >= n)
+        else:
+            from celery_ha.base.settings import Settings
+            from celery_ha.celery_app import app
+            from celery_ha.integration.pump import pump
+
+            q = TaskQueue(self.r, NS)
+            q.enqueue_many(urls, task="bench_noop" if kind == "noop" else "bench_page")
+            pump(q, app, Settings.from_env({k: v for k, v in self.env.items() if k.startswith("CELERY")}))
+            self._wait(lambda: q.stats()["completed"] >= n)
+        elapsed = time.perf_counter() - started
+        reads1, cmds1 = self._info()
+        return {"seconds": elapsed, "rate": n / elapsed, "reads_per_task": (reads1 - reads0) / n,
+                "commands_per_task": (cmds1 - cmds0) / n}
+
+    @staticmethod
+    def _wait(done: Any, timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            if time.monotonic() > deadline:
+                raise RuntimeError("round did not finish in time")
+            time.sleep(0.01)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--concurrency", type=int, nargs="+")
+    parser.add_argument("--kinds", nargs="+", default=["noop", "page"], choices=["noop", "page"])
+    parser.add_argument("--tasks", type=int)
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--redis-server", help="redis-server binary (default: the one tests use)")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    concurrencies = args.concurrency or ([2] if args.quick else [2, 4, 8])
+    rounds = args.rounds or (1 if args.quick else 3)
+    n = args.tasks or (500 if args.quick else 2000)
+
+    tmp = Path(tempfile.mkdtemp(prefix="e2e-bench-"))
+    options = {"binary": args.redis_server} if args.redis_server else {}
+    server = RedisProcess(port=free_port(), data_dir=tmp / "redis", **options).start()
+    site, site_url = start_site()
+    bench = Bench(server.url, site_url, tmp)
+    os.environ.update({k: v for k, v in bench.env.items() if k.startswith(("BENCH_", "CELERY"))})
+    results: list[dict[str, Any]] = []
+    try:
+        for kind in args.kinds:
+            for c in concurrencies:
+                measured: dict[str, list[dict[str, float]]] = {"plain": [], "durable": []}
+                for _ in range(rounds):
+                    for system in ("plain", "durable"):
+                        proc = bench.worker(system, c)
+                        try:
+                            bench.round(system, kind, max(50, n // 10))  # warm-up
+                            measured[system].append(bench.round(system, kind, n))
+                        finally:
+                            bench.stop(proc)
+                            bench.r.unlink(f"cha:{{{NS}}}:workers")  # the next worker starts counted afresh
+                row: dict[str, Any] = {"kind": kind, "concurrency": c, "tasks": n, "rounds": rounds}
+                for system, runs in measured.items():
+                    for field in ("rate", "reads_per_task", "commands_per_task"):
+                        row[f"{system}_{field}"] = statistics.median(r[field] for r in runs)
+                ratios = [d["rate"] / p["rate"] for p, d in zip(measured["plain"], measured["durable"],
+                                                                 strict=True)]
+                row["ratio"] = statistics.median(ratios)
+                row["ratio_range"] = (min(ratios), max(ratios))
+                results.append(row)
+                print(f"{kind:5} -c {c}: plain {row['plain_rate']:7.0f}/s  "
+                      f"durable {row['durable_rate']:7.0f}/s  "
+                      f"ratio {row['ratio']:.2f} ({min(ratios):.2f}-{max(ratios):.2f})  "
+                      f"reads/task {row['plain_reads_per_task']:.1f} vs {row['durable_reads_per_task']:.1f}  "
+                      f"commands/task {row['plain_commands_per_task']:.1f} vs "
+                      f"{row['durable_commands_per_task']:.1f}", flush=True)
+    finally:
+        site.shutdown()
+        server.stop()
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

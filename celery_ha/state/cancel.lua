@@ -1,0 +1,38 @@
+--[[ Cancel one task: it ends dead with the reason "cancelled: <reason>" (redrive brings it back).
+  A queued task leaves its band, a delayed one its retry schedule, a dispatched one the window (its
+  message is dropped by the claim); a running one leaves `running`, so its holder's next renewal,
+  checkpoint or commit is refused (fencing) and the task stops there, writing nothing more.
+  KEYS[1]  tasks
+  KEYS[2]  readyp
+  KEYS[3]  delayed
+  KEYS[4]  inflight
+  KEYS[5]  running
+  KEYS[6]  dead
+  KEYS[10] stats
+  ARGV[1] namespace prefix (the ready lists: computed keys, all under the namespace's hash tag)
+  ARGV[2] task id
+  ARGV[3] reason (cleaned by the caller)
+  Reply: the state it was cancelled from ('q', 'd', 'w', 'r'), or a refusal (nothing written):
+    R_UNKNOWN, R_COMPLETED, R_DEAD
+]]
+--#include _common
+local id = ARGV[2]
+local st, payload = load(id)
+if not st then return R_UNKNOWN end
+local was = st.s
+if was == 'c' or was == 'x' then return refusal_in(was) end
+if was == 'q' then
+  unready(id, st)
+elseif was == 'd' then
+  redis.call('ZREM', K_INFLIGHT, id)
+elseif was == 'w' then
+  redis.call('ZREM', K_DELAYED, id)
+  st.due = nil
+elseif was == 'r' then
+  redis.call('ZREM', K_RUNNING, id)
+  st.w = nil
+end
+to_dead(id, st, now_ms(), 'cancelled: ' .. ARGV[3])
+save(id, st, payload)
+incr('cancelled', 1)
+return was

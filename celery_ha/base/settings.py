@@ -75,6 +75,23 @@ def _domain_rates(name: str, text: str) -> dict[str, tuple[int, float]]:
     return rates
 
 
+MAX_BATCH_IDS = 1000
+
+
+def _batch(name: str, text: str) -> dict[str, int]:
+    """``"20"`` (every durable task) or ``"bench_noop=50, fetch_page=5"`` (per task name; ``*=N`` sets
+    the default) -> {task name or "*": ids per Celery message}."""
+    sizes: dict[str, int] = {}
+    parse = _number(int, 1, MAX_BATCH_IDS)
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        task, sep, size = part.rpartition("=")
+        task = task.strip() if sep else "*"
+        if task != "*":
+            _checked(check_task_name)(name, task)
+        sizes[task] = parse(name, size.strip())
+    return sizes
+
+
 def _text(name: str, text: str) -> str:
     return text
 
@@ -129,6 +146,7 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "obey_robots": ("CELERY_HA_OBEY_ROBOTS", _flag),
     "direct_when_empty": ("CELERY_HA_DIRECT_WHEN_EMPTY", _flag),
     "flower_auth": ("CELERY_HA_FLOWER_AUTH", _basic_auth),
+    "batch": ("CELERY_HA_BATCH", _batch),
 }
 
 
@@ -169,6 +187,16 @@ class Settings:
     direct_when_empty: bool = False  # CELERY_HA_DIRECT_WHEN_EMPTY: fetch directly when every proxy is out
     # CELERY_HA_FLOWER_AUTH, "user:password": Flower's basic auth in `celery-ha up`; "" = generated once
     flower_auth: str = field(default="", repr=False)
+    # CELERY_HA_BATCH, "20" or "name=50,*=5": durable task ids per Celery message (default 1)
+    batch: dict[str, int] = field(default_factory=dict)
+
+    def batch_size(self, task: str) -> int:
+        """Ids one Celery message of ``task`` carries (``CELERY_HA_BATCH``; 1 when unset)."""
+        return self.batch.get(task, self.batch.get("*", 1))
+
+    @property
+    def largest_batch(self) -> int:
+        return max(self.batch.values(), default=1)
 
 
     def __repr__(self) -> str:

@@ -7,6 +7,8 @@ step list and separator come from kombu itself (``broker_transport_options`` may
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 import ssl
@@ -89,6 +91,25 @@ def broker_client(app: Any) -> redis.Redis | None:
     return client
 
 
+def message_task_ids(raw: str | bytes) -> list[str]:
+    """The durable task ids one kombu message carries: its arguments (a batch carries several),
+    else the id in its Celery task id; [] for a message that is not a durable task's."""
+    try:
+        message = json.loads(raw)
+        first = str(message["headers"]["id"]).split(".", 1)[0]
+    except (ValueError, KeyError, TypeError):
+        return []
+    try:
+        body = message["body"]
+        if message.get("properties", {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        args = json.loads(body)[0]
+        ids = [a for a in args if isinstance(a, str)]
+    except (ValueError, KeyError, TypeError, IndexError, binascii.Error):
+        ids = []
+    return ids or [first]
+
+
 def waiting_ids(app: Any, queues: Iterable[str]) -> set[str] | None:
     """Durable task ids whose message still sits in the broker lists, or None when unknowable.
 
@@ -107,11 +128,7 @@ def waiting_ids(app: Any, queues: Iterable[str]) -> set[str] | None:
                 pipe.lrange(name, 0, 100_000)
         for raws in pipe.execute():
             for raw in raws:
-                try:
-                    mid = json.loads(raw)["headers"]["id"]
-                except (ValueError, KeyError, TypeError):
-                    continue
-                out.add(str(mid).split(".", 1)[0])
+                out.update(message_task_ids(raw))
     except redis.RedisError as exc:
         log.warning("cannot inspect broker %s: %s", mask_url(str(app.conf.broker_url)), exc)
         return None

@@ -16,6 +16,7 @@ from typing import Any
 
 from celery import shared_task
 
+from celery_ha.integration.batch import run_batch, summary
 from celery_ha.integration.celery_outcome import DurableTaskDead, report
 from celery_ha.integration.context import DurableContext
 from celery_ha.integration.queues import CRAWL
@@ -41,8 +42,11 @@ def durable_task(name: str | None = None, *, queue: str = CRAWL, item_key: str |
         options = {"acks_late": True, "ignore_result": True, "reject_on_worker_lost": False,
                    "throws": (DurableTaskDead,), **celery_options}
 
-        def run(self: Any, task_id: str) -> str:
-            return report(run_message(spec, self, task_id))
+        def run(self: Any, task_id: str, *more_ids: str) -> str:
+            if not more_ids:
+                return report(run_message(spec, self, task_id))
+            ids = [task_id, *more_ids]
+            return summary(run_batch(spec, self, ids), len(ids))
 
         run.__name__ = fn.__name__
         run.__doc__ = fn.__doc__

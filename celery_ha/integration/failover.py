@@ -19,7 +19,7 @@ from billiard.exceptions import WorkerLostError
 from celery.exceptions import TimeLimitExceeded
 
 from celery_ha.base.procfs import pid_alive
-from celery_ha.integration.pump import pump_quietly
+from celery_ha.integration.pump import pump_quietly, resend_waiting
 from celery_ha.integration.services import Services
 from celery_ha.integration.task_spec import is_durable
 from celery_ha.state.worker_registry import running_by_worker, split_worker
@@ -58,12 +58,21 @@ def on_child_lost(rt: Services, app: Any, celery_task: Any, exception: BaseExcep
         return
     if not args:
         return
-    durable_id = str(args[0])
+    ids = [str(a) for a in args]  # one id, or the ids of a batch (CELERY_HA_BATCH)
     try:
-        state = release_dead_holder(rt, durable_id, count_stall=True,
-                                    reason=f"pool child died: {type(exception).__name__}")
-        if state is not None:
-            log.warning("fast failover: task %s released (%s) after its pool child died", durable_id, state)
+        released = False
+        for durable_id in ids:
+            state = release_dead_holder(rt, durable_id, count_stall=True,
+                                        reason=f"pool child died: {type(exception).__name__}")
+            if state is not None:
+                released = True
+                log.warning("fast failover: task %s released (%s) after its pool child died",
+                            durable_id, state)
+        resent = resend_waiting(app, rt, ids)  # died before reaching them: none is stranded
+        if resent:
+            log.warning("fast failover: %d unclaimed task(s) of the dead child sent again", resent)
+        if released or resent:
             pump_quietly(app, rt)
     except redis.RedisError as exc:
-        log.warning("fast failover for %s failed (lease expiry will cover it): %s", durable_id, exc)
+        log.warning("fast failover for %s failed (lease expiry and redispatch will cover it): %s",
+                    ", ".join(ids[:5]), exc)

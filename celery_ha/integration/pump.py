@@ -64,13 +64,14 @@ _window = PerProcess(_WindowCache)
 
 def effective_window(q: TaskQueue, settings: Settings) -> int:
     """0 while the namespace is paused; else ``CELERY_HA_WINDOW``, else 2 x the concurrency of the
-    live workers (at least 2)."""
+    live workers (at least 2) x the largest ``CELERY_HA_BATCH``, so every pool process has a
+    second message waiting behind the one it runs."""
     current = _window.get().refresh(q, settings)
     if current.paused:
         return 0
     if settings.window > 0:
         return settings.window
-    return max(2, 2 * current.alive)
+    return max(2, 2 * current.alive) * settings.largest_batch
 
 
 def message_id(task_id: str) -> str:
@@ -78,19 +79,27 @@ def message_id(task_id: str) -> str:
     return f"{task_id}.{secrets.token_hex(4)}"
 
 
-def send(app: Any, namespace: str, batch: list[Dispatched]) -> int:
-    """Send one Celery message per dispatched task. A re-sent task whose first message is still
-    waiting in the broker is skipped; only then are the broker lists read (fresh tasks have none)."""
+def send(app: Any, namespace: str, batch: list[Dispatched], settings: Settings | None = None) -> int:
+    """Send the Celery messages for the dispatched tasks: one per task, or with ``CELERY_HA_BATCH``
+    up to that many ids of one task name and priority per message. A re-sent task whose earlier
+    message is still waiting in the broker is skipped; only then are the broker lists read (fresh
+    tasks have none). Returns how many task ids were sent."""
     queue_of = {d.task: broker_queue(namespace, logical_queue(d.task)) for d in batch}
     resent = {queue_of[d.task] for d in batch if d.resent}
     waiting = (waiting_ids(app, resent) or set()) if resent else set()
-    sent = 0
+    groups: dict[tuple[str, int], list[str]] = {}
     for d in batch:
         if d.resent and d.task_id in waiting:
             continue
-        app.send_task(d.task, args=[d.task_id], queue=queue_of[d.task],
-                      priority=celery_priority(d.priority), task_id=message_id(d.task_id))
-        sent += 1
+        groups.setdefault((d.task, celery_priority(d.priority)), []).append(d.task_id)
+    sent = 0
+    for (task, priority), ids in groups.items():
+        size = settings.batch_size(task) if settings is not None else 1
+        for start in range(0, len(ids), size):
+            chunk = ids[start:start + size]
+            app.send_task(task, args=chunk, queue=queue_of[task], priority=priority,
+                          task_id=message_id(chunk[0]))
+            sent += len(chunk)
     return sent
 
 
@@ -103,10 +112,18 @@ def pump(q: TaskQueue, app: Any, settings: Settings, window: int | None = None,
     size = window if window is not None else effective_window(q, settings)
     after = settings.redispatch_after if redispatch_after is None else redispatch_after
     batch = q.dispatch(size, redispatch_after=after)
-    sent = send(app, q.namespace, batch)
+    sent = send(app, q.namespace, batch, settings)
     if batch:
         log.debug("pump: window %d, dispatched %d, sent %d", size, len(batch), sent)
     return sent
+
+
+def resend_waiting(app: Any, rt: Services, task_ids: list[str]) -> int:
+    """Send again, at once, those of ``task_ids`` that still wait for their claim (dispatched): the
+    rest of a batch whose pool process stopped or died before reaching them."""
+    waiting = [Dispatched(info.id, info.task, info.priority, False)
+               for info in rt.queue.get_many(task_ids) if info is not None and info.state == "dispatched"]
+    return send(app, rt.settings.namespace, waiting, rt.settings) if waiting else 0
 
 
 def pump_quietly(app: Any, rt: Services, redispatch_after: float | None = None) -> int:

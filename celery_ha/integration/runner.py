@@ -51,8 +51,9 @@ class Outcome:
     due_at: float | None = None  # retry due time, Redis clock (epoch seconds)
 
 
-def run_message(spec: DurableTask, celery_task: Any, task_id: str) -> Outcome:
-    """Execute one Celery message for durable task ``task_id``; returns the outcome."""
+def run_message(spec: DurableTask, celery_task: Any, task_id: str, *, refill: bool = True) -> Outcome:
+    """Execute durable task ``task_id`` for one Celery message; returns the outcome. ``refill``
+    pumps afterwards (a batch pumps once, after its last task)."""
     hostname = getattr(getattr(celery_task, "request", None), "hostname", None)
     if hostname:
         set_node(hostname)
@@ -100,7 +101,8 @@ def run_message(spec: DurableTask, celery_task: Any, task_id: str) -> Outcome:
             outcome = _fail(ctx, rt, f"{type(exc).__name__}: {exc}", retry=not is_permanent(exc))
     finally:
         keep.untrack(ctx)
-    pump_quietly(celery_task.app, rt)  # refill the window (a handed-back task goes to another worker)
+    if refill:
+        pump_quietly(celery_task.app, rt)  # refill the window (a handed-back task goes to another worker)
     return outcome
 
 

@@ -45,3 +45,12 @@ def test_django_settings_are_the_fallback() -> None:
     env = {"PATH": "/usr/bin:/bin", "CELERY_HA_LEASE_TTL": "20"}  # the environment wins over Django
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.split() == ["from-django", "20.0"]
+
+
+def test_batch_sizes_per_task_name() -> None:
+    s = Settings.from_env({"CELERY_HA_BATCH": "bench_noop=50, *=5"})
+    assert (s.batch_size("bench_noop"), s.batch_size("fetch_page"), s.largest_batch) == (50, 5, 50)
+    assert Settings.from_env({}).batch_size("fetch_page") == 1
+    for bad in ("0", "fetch_page=x", "bad name=3", "2000", "fetch\x00page=3"):
+        with pytest.raises(ConfigurationError, match="CELERY_HA_BATCH"):
+            Settings.from_env({"CELERY_HA_BATCH": bad})

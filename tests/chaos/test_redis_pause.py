@@ -56,7 +56,10 @@ def test_pause_longer_than_the_lease_ttl_counts_no_stall(make_cluster, site, sta
     assert not charged, charged
     stats = cluster.q.stats()
     assert stats["dead"] == 0 and stats["completed"] == 16
-    assert stats.get("reclaimed_in_outage", 0) >= 1, stats  # leases did expire during the pause
-    print(f"state Redis paused 7 s (lease TTL 3 s): first page {first_progress:.1f}s after SIGCONT")
+    # Every lease reclaimed here expired during the pause, and each was spared its stall. (Usually the
+    # sweep reclaims first; when a renewal reaches Redis first after SIGCONT the lease simply lives on.)
+    assert stats["reclaimed"] == stats.get("reclaimed_in_outage", 0), stats
+    print(f"state Redis paused 7 s (lease TTL 3 s): first page {first_progress:.1f}s after SIGCONT, "
+          f"{stats['reclaimed']} lease(s) reclaimed without a stall")
     cluster.kill_group(worker)
     cluster.kill_group(beat)

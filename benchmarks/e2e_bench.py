@@ -71,6 +71,7 @@ class Bench:
         self.site = site
         self.tmp = tmp
         self.r = redis.Redis.from_url(self.state_url, decode_responses=True)
+        self.batch = 1
         self.env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_STATE_URL": self.state_url,
                     "BENCH_BROKER_URL": self.broker_url, "CELERY_HA_REDIS_URL": self.state_url,
                     "CELERY_BROKER_URL": self.broker_url, "CELERY_HA_NAMESPACE": NS,
@@ -80,10 +81,11 @@ class Bench:
     def worker(self, system: str, concurrency: int) -> subprocess.Popen[bytes]:
         app = "benchmarks.e2e_plain" if system == "plain" else "celery_ha"
         log = open(self.tmp / f"{system}-{concurrency}.log", "ab")
+        env = {**self.env, "CELERY_HA_BATCH": str(self.batch)} if system == "batch" else self.env
         proc = subprocess.Popen([CELERY, "-A", app, "worker", "-P", "prefork", "-c", str(concurrency),
                                  "-n", f"{system}@bench", "--without-gossip", "--without-mingle",
                                  "--without-heartbeat", "-l", "warning"],
-                                cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         self._wait_ready(system, concurrency, proc)
         return proc
@@ -94,7 +96,7 @@ class Bench:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise RuntimeError(f"{system} worker exited (see {self.tmp})")
-            if system == "durable":
+            if system != "plain":
                 if int(probe.zcard(f"cha:{{{NS}}}:workers")) >= concurrency:
                     return
             else:
@@ -144,7 +146,10 @@ class Bench:
 
             q = TaskQueue(self.r, NS)
             q.enqueue_many(urls, task="bench_noop" if kind == "noop" else "bench_page")
-            pump(q, app, Settings.from_env({k: v for k, v in self.env.items() if k.startswith("CELERY")}))
+            env = {k: v for k, v in self.env.items() if k.startswith("CELERY")}
+            if system == "batch":
+                env["CELERY_HA_BATCH"] = str(self.batch)
+            pump(q, app, Settings.from_env(env))
             self._wait(lambda: q.stats()["completed"] >= n)
         elapsed = time.perf_counter() - started
         reads1, cmds1 = self._info()
@@ -170,6 +175,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--redis-server", help="redis-server binary (default: the one tests use)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--batch", type=int, default=0,
+                        help="also run durable tasks with CELERY_HA_BATCH=N (the 'batch' columns)")
     args = parser.parse_args()
     concurrencies = args.concurrency or ([2] if args.quick else [2, 4, 8])
     rounds = args.rounds or (1 if args.quick else 3)
@@ -180,14 +187,16 @@ def main() -> None:
     server = RedisProcess(port=free_port(), data_dir=tmp / "redis", **options).start()
     site, site_url = start_site()
     bench = Bench(server.url, site_url, tmp)
+    bench.batch = max(1, args.batch)
+    systems = ("plain", "durable", "batch") if args.batch > 1 else ("plain", "durable")
     os.environ.update({k: v for k, v in bench.env.items() if k.startswith(("BENCH_", "CELERY"))})
     results: list[dict[str, Any]] = []
     try:
         for kind in args.kinds:
             for c in concurrencies:
-                measured: dict[str, list[dict[str, float]]] = {"plain": [], "durable": []}
+                measured: dict[str, list[dict[str, float]]] = {system: [] for system in systems}
                 for _ in range(rounds):
-                    for system in ("plain", "durable"):
+                    for system in systems:
                         proc = bench.worker(system, c)
                         try:
                             bench.round(system, kind, max(50, n // 10))  # warm-up
@@ -203,13 +212,19 @@ def main() -> None:
                                                                  strict=True)]
                 row["ratio"] = statistics.median(ratios)
                 row["ratio_range"] = (min(ratios), max(ratios))
+                if "batch" in measured:
+                    pairs = zip(measured["plain"], measured["batch"], strict=True)
+                    row["batch_ratio"] = statistics.median(b["rate"] / p["rate"] for p, b in pairs)
                 results.append(row)
                 print(f"{kind:5} -c {c}: plain {row['plain_rate']:7.0f}/s  "
                       f"durable {row['durable_rate']:7.0f}/s  "
                       f"ratio {row['ratio']:.2f} ({min(ratios):.2f}-{max(ratios):.2f})  "
                       f"reads/task {row['plain_reads_per_task']:.1f} vs {row['durable_reads_per_task']:.1f}  "
                       f"commands/task {row['plain_commands_per_task']:.1f} vs "
-                      f"{row['durable_commands_per_task']:.1f}", flush=True)
+                      f"{row['durable_commands_per_task']:.1f}"
+                      + (f"  | batch {bench.batch}: {row['batch_rate']:7.0f}/s ratio {row['batch_ratio']:.2f}"
+                         f" reads/task {row['batch_reads_per_task']:.1f}" if "batch_ratio" in row else ""),
+                      flush=True)
     finally:
         site.shutdown()
         server.stop()

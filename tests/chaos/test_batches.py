@@ -17,16 +17,12 @@ pytestmark = pytest.mark.slow
 BATCH = {"CELERY_HA_BATCH": "fetch_page=6", "CELERY_HA_REDISPATCH_AFTER": "300"}
 
 
-def _all_done(cluster, ids: list[str]) -> bool:
-    return all(i is not None and i.state == "completed" for i in cluster.q.get_many(ids))
-
-
 def test_a_batch_runs_every_id_once(make_cluster, site) -> None:
     cluster = make_cluster(**BATCH)
     worker = cluster.worker("w1", concurrency=2)
     ids = cluster.q.enqueue_many([site.case_url(n) for n in range(30)])
     cluster.pump()
-    wait_for(lambda: _all_done(cluster, ids), timeout=60, message="every page")
+    wait_for(lambda: cluster.all_completed(ids), timeout=60, message="every page")
     assert count_items(cluster.r, cluster.namespace) == 30
     assert len(site.hits(prefix="/case/")) == 30  # each page fetched once
     assert "batch of 6:" in cluster.log_text(worker)  # one Celery message carried six ids
@@ -43,7 +39,7 @@ def test_a_killed_child_strands_nothing_of_its_batch(make_cluster, site) -> None
     assert running
     victim = running[0]
     os.kill(int(victim.worker.rsplit(":", 1)[1]), signal.SIGKILL)
-    wait_for(lambda: _all_done(cluster, ids), timeout=60, message="every page after the kill")
+    wait_for(lambda: cluster.all_completed(ids), timeout=60, message="every page after the kill")
     infos = cluster.q.get_many(ids)
     assert [i.id for i in infos if i.stalls] == [victim.id]  # only the one it was running
     assert not [i.id for i in infos if i.attempts]
@@ -59,7 +55,7 @@ def test_a_graceful_stop_hands_the_rest_of_the_batch_on(make_cluster, site) -> N
     wait_for(lambda: cluster.q.stats()["completed"] >= 1, timeout=30, message="the first page")
     cluster.worker("w2", concurrency=1)
     os.killpg(w1.pid, signal.SIGTERM)  # warm shutdown: w1 stops after its grace period
-    wait_for(lambda: _all_done(cluster, ids), timeout=40, message="every page, w2 doing the rest")
+    wait_for(lambda: cluster.all_completed(ids), timeout=40, message="every page, w2 doing the rest")
     infos = cluster.q.get_many(ids)
     assert not [(i.id, i.attempts, i.stalls) for i in infos if i.attempts or i.stalls]
     assert count_items(cluster.r, cluster.namespace) == 6

@@ -44,13 +44,7 @@ def test_pause_longer_than_the_lease_ttl_counts_no_stall(make_cluster, site, sta
     wait_for(lambda: time.monotonic() - paused > 7, timeout=10, interval=0.2,
              message="a pause longer than two lease TTLs")  # the pause itself is what is tested
     state_redis.proc.send_signal(signal.SIGCONT)
-    back = time.monotonic()
-    done_at_resume = cluster.q.stats()["completed"]
-    wait_for(lambda: cluster.q.stats()["completed"] > done_at_resume, timeout=30, interval=0.1,
-             message="a page finished after the pause")
-    first_progress = time.monotonic() - back
-    wait_for(lambda: all(i is not None and i.state == "completed" for i in cluster.q.get_many(ids)),
-             timeout=60, interval=0.2, message="every page after the pause")
+    first_progress, _ = cluster.recovery(ids, "the pause")
     infos = cluster.q.get_many(ids)
     charged = [(i.id, i.attempts, i.stalls, i.error) for i in infos if i.attempts or i.stalls]
     assert not charged, charged

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -148,6 +149,19 @@ class Cluster:
 
     def state(self, tid: str) -> str:
         return self.q.get(tid).state
+
+    def all_completed(self, ids: list[str]) -> bool:
+        return all(i is not None and i.state == "completed" for i in self.q.get_many(ids))
+
+    def recovery(self, ids: list[str], after: str, timeout: float = 60.0) -> tuple[float, float]:
+        """Seconds from now until the next task completes, and until all of ``ids`` have (a fault
+        ``after`` just ended: the recovery times README reports)."""
+        start = time.monotonic()
+        done = self.q.stats()["completed"]
+        wait_for(lambda: self.q.stats()["completed"] > done, timeout, 0.1, f"a page finished after {after}")
+        first = time.monotonic() - start
+        wait_for(lambda: self.all_completed(ids), timeout, 0.2, f"every page after {after}")
+        return first, time.monotonic() - start
 
     def log_text(self, proc: subprocess.Popen[bytes]) -> str:
         return Path(proc.log_path).read_text(errors="replace")  # type: ignore[attr-defined]

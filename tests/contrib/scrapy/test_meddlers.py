@@ -3,7 +3,6 @@ a real crawl with ``tests/contrib/scrapy/meddlers.py`` numbered above the pool's
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,6 @@ pytest.importorskip("scrapy")
 from celery_ha.demo.site import DemoSite
 from tests.contrib.scrapy.crawl import SNIPPET
 from tests.contrib.scrapy.harness import (
-    PASSWORD,
-    USER,
     assert_every_lease_returned,
     crawl_env,
     pool_for,
@@ -26,16 +23,8 @@ NS = "scrapymeddle"
 
 
 @pytest.fixture
-def site() -> Iterator[DemoSite]:
-    with DemoSite(total=100) as s:
-        yield s
-
-
-@pytest.fixture
-def farm() -> Iterator[ProxyFarm]:
-    farm = ProxyFarm(3, first=160, auth=(USER, PASSWORD)).start()
-    yield farm
-    farm.stop()
+def farm(make_farm) -> ProxyFarm:
+    return make_farm(3, 160)
 
 
 @pytest.mark.timeout(120)

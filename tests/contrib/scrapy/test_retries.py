@@ -3,7 +3,6 @@ giving up with one clear line, and waiting for a free proxy without blocking the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,8 +11,6 @@ pytest.importorskip("scrapy")
 
 from celery_ha.demo.site import DemoSite
 from tests.contrib.scrapy.harness import (
-    PASSWORD,
-    USER,
     assert_every_lease_returned,
     assert_no_secrets,
     crawl_env,
@@ -26,16 +23,8 @@ NS = "scrapyretry"
 
 
 @pytest.fixture
-def site() -> Iterator[DemoSite]:
-    with DemoSite(total=100) as s:
-        yield s
-
-
-@pytest.fixture
-def farm() -> Iterator[ProxyFarm]:
-    farm = ProxyFarm(4, first=140, auth=(USER, PASSWORD)).start()
-    yield farm
-    farm.stop()
+def farm(make_farm) -> ProxyFarm:
+    return make_farm(4, 140)
 
 
 @pytest.mark.timeout(120)

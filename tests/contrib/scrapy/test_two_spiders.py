@@ -17,8 +17,6 @@ pytest.importorskip("scrapy")
 
 from celery_ha.demo.site import DemoSite
 from tests.contrib.scrapy.harness import (
-    PASSWORD,
-    USER,
     assert_every_lease_returned,
     assert_no_secrets,
     crawl_env,
@@ -38,11 +36,10 @@ def site() -> Iterator[DemoSite]:
 
 
 @pytest.fixture
-def farm() -> Iterator[ProxyFarm]:
-    farm = ProxyFarm(5, first=120, auth=(USER, PASSWORD)).start()
+def farm(make_farm) -> ProxyFarm:
+    farm = make_farm(5, 120)
     farm.proxies[0].alive = False
-    yield farm
-    farm.stop()
+    return farm
 
 
 @pytest.mark.timeout(150)

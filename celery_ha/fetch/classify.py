@@ -53,11 +53,9 @@ def classify(
     return "ok"
 
 
-def retry_after_seconds(response: requests.Response | None, cap: float = 3600.0) -> float:
-    """Seconds from a ``Retry-After`` header (delta-seconds or HTTP date); 0 when absent or unreadable."""
-    if response is None:
-        return 0.0
-    value = response.headers.get("Retry-After")
+def parse_retry_after(value: str | None, cap: float = 3600.0) -> float:
+    """Seconds from a ``Retry-After`` value (delta-seconds or HTTP date), capped; 0 when absent or
+    unreadable. Shared by the fetcher and the Scrapy middleware."""
     if not value:
         return 0.0
     value = value.strip()
@@ -69,3 +67,8 @@ def retry_after_seconds(response: requests.Response | None, cap: float = 3600.0)
         return min(cap, max(0.0, parsedate_to_datetime(value).timestamp() - time.time()))
     except (TypeError, ValueError, OverflowError):
         return 0.0
+
+
+def retry_after_seconds(response: requests.Response | None, cap: float = 3600.0) -> float:
+    """Seconds from a response's ``Retry-After`` header (see :func:`parse_retry_after`)."""
+    return 0.0 if response is None else parse_retry_after(response.headers.get("Retry-After"), cap)

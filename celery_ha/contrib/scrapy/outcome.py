@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from types import SimpleNamespace
 
 from scrapy.exceptions import IgnoreRequest, NotSupported
 from scrapy.http import Response, TextResponse
 from twisted.internet.defer import CancelledError
 
-from celery_ha.fetch.classify import CAPTCHA_MARKERS, CAPTCHA_SCAN_CHARS, retry_after_seconds
+from celery_ha.fetch.classify import CAPTCHA_MARKERS, CAPTCHA_SCAN_CHARS, parse_retry_after
 from celery_ha.proxy.outcomes import status_outcome
 
 #: Outcomes that are the proxy's doing: the page is retried on another proxy (a rotation).
@@ -58,8 +57,4 @@ def exception_outcome(exception: BaseException, reached: bool) -> str:
 def retry_after(response: Response, cap: float = 3600.0) -> float:
     """Seconds from the response's ``Retry-After`` header (seconds or HTTP date); 0 when absent."""
     raw = response.headers.get(b"Retry-After")
-    if not raw:
-        return 0.0
-    # The fetcher's parser reads ``headers.get`` of a requests-like object; hand it the one header.
-    shim = SimpleNamespace(headers={"Retry-After": raw.decode("latin-1")})
-    return retry_after_seconds(shim, cap)  # type: ignore[arg-type]
+    return parse_retry_after(raw.decode("latin-1") if raw else None, cap)

@@ -40,7 +40,7 @@ def test_dockerfile_shape() -> None:
     assert not any("pip install" in rest for word, rest in final if word in ("CMD", "ENTRYPOINT"))
 
 
-def test_what_the_dockerfile_copies_builds_a_wheel_that_runs_the_app(tmp_path: Path) -> None:
+def test_what_the_dockerfile_copies_builds_a_wheel_that_runs_the_app(tmp_path: Path, redis_url: str) -> None:
     """The build stage's COPY lines, replayed into an empty folder, are enough for `pip wheel`, and
     the wheel holds the Celery app, its config module, the task modules and every non-Python file."""
     src = tmp_path / "src"
@@ -70,7 +70,9 @@ def test_what_the_dockerfile_copies_builds_a_wheel_that_runs_the_app(tmp_path: P
     zipfile.ZipFile(wheel).extractall(site)
     code = "from celery_ha.celery_app import app; import celeryconfig; print(len(app.tasks) > 0)"
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}, timeout=120)
+                         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin",
+                              "CELERY_HA_REDIS_URL": redis_url},  # else it starts an embedded Redis
+                         timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-2000:]
 
 

@@ -22,13 +22,15 @@ from celery_ha.cli.context import CLIContext, check_namespace_option, pass_cli
               help="Give up (exit 1) after this many seconds.")
 @click.option("--proxies", type=click.IntRange(1, 200), default=12, show_default=True,
               help="Local forward proxies on 127.0.0.x.")
+@click.option("--web/--no-web", default=True, show_default=True,
+              help="Serve the live dashboard (celery-ha web) while the demo runs.")
 @click.option("--report-json", type=click.Path(dir_okay=False, writable=True, path_type=Path),
               help="Also write the final report as JSON to this file.")
 @click.option("--namespace", "-n", callback=check_namespace_option,
               help="Namespace of the demo's crawl (same as the global -n; default: demo).")
 @pass_cli
 def command(obj: CLIContext, pages: int, workers: int, concurrency: int, chaos: bool, timeout: float,
-            proxies: int, report_json: Path | None, namespace: str | None) -> None:
+            proxies: int, web: bool, report_json: Path | None, namespace: str | None) -> None:
     """Crawl a local simulated legal-documents site through a local proxy farm, with chaos.
 
     Starts the site, the proxies, WORKERS Celery workers and beat as real processes, crawls the
@@ -43,6 +45,7 @@ def command(obj: CLIContext, pages: int, workers: int, concurrency: int, chaos: 
     if namespace:
         obj.namespace_option = namespace
     ok = run_demo(obj, DemoOptions(pages=pages, workers=workers, concurrency=concurrency, chaos=chaos,
-                                   timeout=timeout, proxies=proxies, report_json=report_json))
+                                   timeout=timeout, proxies=proxies, report_json=report_json,
+                                   web=web))
     if not ok:
         raise click.exceptions.Exit(1)

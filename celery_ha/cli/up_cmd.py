@@ -1,9 +1,12 @@
-"""``celery-ha up``: Redis, a worker, beat and Flower, supervised together; Ctrl-C stops them all."""
+"""``celery-ha up``: Redis, a worker, beat, Flower and the web dashboard, supervised together; Ctrl-C
+stops them all."""
 
 from __future__ import annotations
 
 import os
 import secrets
+import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,7 +72,8 @@ def flower_auth(obj: CLIContext, data_dir: Path) -> FlowerAuth:
 
 def build_plan(obj: CLIContext, app: str, env: dict[str, str], data_dir: Path, *, concurrency: int | None,
                loglevel: str, no_beat: bool, no_flower: bool, flower_port: int,
-               auth: FlowerAuth | None) -> list[tuple[str, list[str], dict[str, str]]]:
+               auth: FlowerAuth | None, web_port: int | None = None
+               ) -> list[tuple[str, list[str], dict[str, str]]]:
     """The children ``up`` supervises: (name, argv, environment) each.
 
     Flower gets its login through ``FLOWER_BASIC_AUTH`` in its own environment, which Flower reads
@@ -89,7 +93,19 @@ def build_plan(obj: CLIContext, app: str, env: dict[str, str], data_dir: Path, *
         assert auth is not None
         plan.append(("flower", celery_argv(app, "flower", f"--port={flower_port}", "--address=127.0.0.1"),
                      {**env, "FLOWER_BASIC_AUTH": auth.credentials}))
+    if web_port is not None:  # `celery-ha web` on loopback; CELERY_HA_WEB_AUTH (if set) reaches it
+        plan.append(("web", [sys.executable, "-m", "celery_ha.cli", "web", "--port", str(web_port)], env))
     return plan
+
+
+def check_port_free(port: int, host: str = "127.0.0.1") -> None:
+    """A busy dashboard port is one line now, not a child that dies and takes ``up`` down with it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise click.ClickException(f"cannot use {host}:{port} for the dashboard ({exc.strerror}): "
+                                       "pass --web-port PORT or --no-web") from None
 
 
 def _announce_flower(auth: FlowerAuth, port: int) -> None:
@@ -111,13 +127,17 @@ def _announce_flower(auth: FlowerAuth, port: int) -> None:
 @click.option("--no-flower", is_flag=True, help="Do not start Flower.")
 @click.option("--no-beat", is_flag=True, help="Do not start beat (another host runs it).")
 @click.option("--flower-port", type=click.IntRange(1, 65535), default=5555, show_default=True)
+@click.option("--no-web", is_flag=True, help="Do not start the dashboard (celery-ha web).")
+@click.option("--web-port", type=click.IntRange(1, 65535), default=8808, show_default=True,
+              help="Port of the dashboard and /metrics on 127.0.0.1.")
 @click.option("--loglevel", "-l", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
 @click.option("--app", "app", default="celery_ha", hidden=True, help="Celery app to run.")
 @pass_cli
 def command(obj: CLIContext, concurrency: int | None, no_flower: bool, no_beat: bool, flower_port: int,
-            loglevel: str, app: str) -> None:
-    """Run everything on this machine: Redis (embedded unless configured), one worker, beat, Flower.
+            no_web: bool, web_port: int, loglevel: str, app: str) -> None:
+    """Run everything on this machine: Redis (embedded unless configured), one worker, beat, Flower and
+    the dashboard (celery-ha web, http://127.0.0.1:8808; CELERY_HA_WEB_AUTH=user:password for actions).
 
     Children are restarted if they crash (up to 5 times a minute); Ctrl-C or SIGTERM stops them all
     cleanly (warm shutdown: running tasks hand their leases back).
@@ -128,8 +148,11 @@ def command(obj: CLIContext, concurrency: int | None, no_flower: bool, no_beat: 
     data_dir = embedded.data_dir
     auth = None if no_flower else flower_auth(obj, data_dir)
     env = child_env(obj)
+    if not no_web:
+        check_port_free(web_port)
     plan = build_plan(obj, app, env, data_dir, concurrency=concurrency, loglevel=loglevel, no_beat=no_beat,
-                      no_flower=no_flower, flower_port=flower_port, auth=auth)
+                      no_flower=no_flower, flower_port=flower_port, auth=auth,
+                      web_port=None if no_web else web_port)
 
     click.echo(f"celery-ha up: Redis {mask_url(url)}, namespace {obj.namespace}")
     if not obj.external and embedded.secured is False:
@@ -144,6 +167,10 @@ def command(obj: CLIContext, concurrency: int | None, no_flower: bool, no_beat: 
                 click.echo(f"  started {name} (pid {child.pid})")
             if auth is not None:
                 _announce_flower(auth, flower_port)
+            if not no_web:
+                login = ("basic auth" if env.get("CELERY_HA_WEB_AUTH")
+                         else "read-only; set CELERY_HA_WEB_AUTH=user:password for actions")
+                click.echo(f"  dashboard: http://127.0.0.1:{web_port} (/metrics for Prometheus; {login})")
             click.echo("Ctrl-C to stop.")
             while True:
                 for child in sup.exited():
@@ -160,5 +187,5 @@ def command(obj: CLIContext, concurrency: int | None, no_flower: bool, no_beat: 
         except KeyboardInterrupt:
             click.echo("\nstopping...", err=True)
         finally:
-            sup.stop_all(order=["beat", "flower", "worker"])
+            sup.stop_all(order=["web", "beat", "flower", "worker"])
     click.echo("all processes stopped")

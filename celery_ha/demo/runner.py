@@ -13,6 +13,8 @@ import contextlib
 import json
 import os
 import secrets
+import socket
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -36,6 +38,7 @@ from celery_ha.demo.verify import verify
 from celery_ha.proxy import ProxyPool
 from celery_ha.redisio.client import redis_client
 from celery_ha.runtime.embedded import EmbeddedRedis
+from celery_ha.runtime.redis_process import free_port
 from celery_ha.runtime.supervisor import Supervisor, celery_argv
 from celery_ha.state import TaskQueue
 from celery_ha.state.keys import QueueKeys
@@ -84,6 +87,7 @@ class DemoOptions:
     timeout: float = 300.0
     proxies: int = 12
     report_json: Path | None = None
+    web: bool = True  # run `celery-ha web` on the demo's namespace while it crawls
 
 
 @dataclass
@@ -110,6 +114,16 @@ def broker_url_for(url: str) -> str:
     except ValueError:
         db = 0
     return urlunsplit((parts.scheme, parts.netloc, f"/{(db + 1) % 16}", parts.query, parts.fragment))
+
+
+def dashboard_port(preferred: int = 8808) -> int:
+    """The dashboard's usual port when it is free (a `celery-ha up` may hold it), else any free one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", preferred))
+        except OSError:
+            return free_port()
+    return preferred
 
 
 def prepare_namespace(client: redis.Redis, namespace: str) -> None:
@@ -232,6 +246,11 @@ class Demo:
                                            str(workdir / "celerybeat-schedule")), env, log=logs / "beat.log")
         self.console.print(f"starting {opts.workers} worker(s) x {opts.concurrency} processes and beat "
                            f"(logs in {logs}) ...")
+        if opts.web:
+            port = dashboard_port()
+            self.sup.start("web", [sys.executable, "-m", "celery_ha.cli", "web", "--port", str(port)], env,
+                           log=logs / "web.log")
+            self.console.print(f"dashboard http://127.0.0.1:{port} (metrics at /metrics) while the demo runs")
         self._wait_for_workers(client, opts.workers * opts.concurrency)
         self.console.print(f"workers ready after {time.monotonic() - started:.1f}s; crawling")
 

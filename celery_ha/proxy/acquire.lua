@@ -4,6 +4,8 @@
   out); release re-stamps it with the time the response came back. The target therefore never sees more
   than n requests inside any window, however late a request leaves the worker.
   KEYS[1] the available zone (routes the call; every other key shares its {ns} hash tag)
+  KEYS[2] the domain counters (hash: "a:<domain>" leases granted, "n:<domain>" refusals), read by
+    celery_ha/proxy/metrics.py
   ARGV[1] the pool's key prefix
   ARGV[2] the domain (normalized)
   ARGV[3] the borrowing worker's name
@@ -37,22 +39,26 @@ end
 
 local stats = P .. 'stats'
 local bud = P .. 'bud:' .. domain
+-- A refusal: counted for the pool and for the domain (one HINCRBY each).
+local function refuse(wait, why)
+  redis.call('HINCRBY', stats, 'no_proxy', 1)
+  redis.call('HINCRBY', KEYS[2], 'n:' .. domain, 1)
+  return {'none', wait, why}
+end
 if bn > 0 then
   redis.call('ZREMRANGEBYSCORE', bud, '-inf', now - bw - margin)
   if redis.call('ZCARD', bud) >= bn then
     local o = redis.call('ZRANGE', bud, 0, 0, 'WITHSCORES')
-    redis.call('HINCRBY', stats, 'no_proxy', 1)
-    return {'none', math.max(1, tonumber(o[2]) + bw + margin - now), 'budget'}
+    return refuse(math.max(1, tonumber(o[2]) + bw + margin - now), 'budget')
   end
 end
 
 local first = redis.call('ZREVRANGE', av, 0, 15)
 if #first == 0 then
-  redis.call('HINCRBY', stats, 'no_proxy', 1)
   local due = redis.call('ZRANGE', P .. 'tb', 0, 0, 'WITHSCORES')
   local wait = 5000
   if due[2] then wait = math.max(1000, tonumber(due[2]) - now) end
-  return {'none', wait, 'empty'}
+  return refuse(wait, 'empty')
 end
 
 local best = nil
@@ -138,6 +144,7 @@ while #ids > 0 do
       local mk = P .. 'm:' .. pid
       redis.call('HSET', mk, 'last_used_by', worker, 'last_used_at', now)
       redis.call('HINCRBY', mk, 'n_acq', 1)
+      redis.call('HINCRBY', KEYS[2], 'a:' .. domain, 1)
       return {'ok', pid, token, redis.call('HGET', mk, 'url'), exp, now}
     until true
   end
@@ -147,9 +154,8 @@ while #ids > 0 do
   ids = redis.call('ZREVRANGE', av, start, start + batch - 1)
 end
 
-redis.call('HINCRBY', stats, 'no_proxy', 1)
 if not usable then
   reason = 'excluded' -- every available proxy was excluded by the caller
 end
 if best == nil then best = 1000 end
-return {'none', best, reason}
+return refuse(best, reason)

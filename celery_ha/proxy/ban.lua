@@ -1,5 +1,6 @@
 --[[ Ban a proxy by hand (CLI `proxies ban`): for a while (temporary) or for good.
   KEYS[1] the available zone
+  KEYS[2] the pool's counters (stats hash: 'banned_manual' counts this ban)
   ARGV[1] the pool's key prefix
   ARGV[2] the proxy id
   ARGV[3] ban length (ms; 0 = permanent)
@@ -14,6 +15,7 @@ local now = now_ms()
 redis.call('ZREM', KEYS[1], pid)
 redis.call('ZREM', P .. 'new', pid)
 redis.call('HSET', mk, 'ban_reason', reason)
+redis.call('HINCRBY', KEYS[2], 'banned_manual', 1)
 if ms > 0 then
   redis.call('ZREM', P .. 'pb', pid)
   redis.call('ZADD', P .. 'tb', now + ms, pid)

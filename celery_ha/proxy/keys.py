@@ -35,6 +35,7 @@ class ProxyKeys:
         self.in_use = p + "iu"  # zset: "<id>|<domain>|<token>", score = lease expiry (ms)
         self.all = p + "all"  # set: every known proxy id, whatever its state
         self.stats = p + "stats"  # hash: counters (acquired, out_<outcome>, reaped, bans, ...)
+        self.domains = p + "dom"  # hash: "a:<domain>" leases granted, "n:<domain>" refusals
         self._zones = {
             "avail": self.available,
             "new": self.new,

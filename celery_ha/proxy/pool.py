@@ -184,7 +184,7 @@ class ProxyPool:
             raise InvalidInput(f"ban reason must be a string, got {type(reason).__name__}")
         pid = self.resolve(proxy)
         state = self.scripts.ban(
-            keys=[self.keys.available],
+            keys=[self.keys.available, self.keys.stats],
             args=[self.prefix, pid, int(seconds * 1000) if seconds else 0, clean_message(reason, 200)],
         )
         if not state:
@@ -262,7 +262,7 @@ class ProxyPool:
         excluded = check_exclude(exclude)
         token = new_token()
         res = self.scripts.acquire(
-            keys=[self.keys.available],
+            keys=[self.keys.available, self.keys.domains],
             args=[
                 self.prefix,
                 dom,

@@ -11,14 +11,19 @@
     KEYS[9]  ckpt      hash: id -> checkpoint JSON
     KEYS[10] stats     hash: counters
     KEYS[11] wake      list: wake-up tokens for blocked claim_next callers
+    KEYS[12] hist      hash: histogram bucket counters, "<kind>:<bucket>:<task name>" -> count
   ARGV[1] is the namespace prefix, from which the per-priority ready lists are named (same hash tag).
   A record is "<state JSON>\n<payload JSON>": Lua decodes only the small state part; the payload (url,
   meta) stays an opaque string, so user JSON is never re-encoded by cjson. Every value in the state
   part is a JSON string, integers included ({"k":"3"}): cjson formats and parses numbers through
   printf/strtod, which makes encoding a record 2.4x slower than with strings.
   One-letter states (st.s): q queued, d dispatched, r running, w delayed, c completed, x dead.
+  Timestamps in the state part (ms, Redis clock): ct created, ut last transition (for a running task:
+  its claim), due (a delayed task's retry time), qt (when a waiting task became ready, kept from a
+  retry's promotion or a dispatch until its claim; otherwise ut or ct say it).
   Defines: the K_* keys and PREFIX; fmt, decode, load, encode, save (records); ready_key, push_ready,
-  pop_ready, unready, band_batch, band_add, band_flush (ready lists); incr, wake, promote_due, to_dead,
+  pop_ready, unready, band_batch, band_add, band_flush (ready lists); hist_bucket, observe (histograms);
+  incr, wake, promote_due, to_dead,
   stall, fenced, grant, claim_best, trim_history, complete_task (transitions); and, from the includes
   below, now_ms and now_us_score (clock) and the R_* refusal codes and refusal_in (_replies).
 ]]
@@ -27,7 +32,7 @@
 
 local K_TASKS, K_READYP, K_DELAYED, K_INFLIGHT = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_RUNNING, K_DEAD, K_COMPLETED, K_SEEN = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local K_CKPT, K_STATS, K_WAKE = KEYS[9], KEYS[10], KEYS[11]
+local K_CKPT, K_STATS, K_WAKE, K_HIST = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local PREFIX = ARGV[1]
 
 -- Integers as strings: ZADD scores, and the record's timestamps. Lua would format a number argument
@@ -105,6 +110,32 @@ local function incr(field, by)
   if by ~= 0 then return redis.call('HINCRBY', K_STATS, field, by) end
 end
 
+-- Histogram buckets: 12 per decade of milliseconds, upper bounds (10 12 15 18 20 25 30 36 40 50 60
+-- 75) / 10 x 10^e ms for e = 0..9, bucket 120 above 7.5e9 ms. Every Prometheus bound celery-ha shows
+-- (5 ms ... 1 h) is one of them, so those counts are exact; celery_ha/state/metrics.py reads them.
+-- Times are whole ms, compared in tenths so every bound is an integer.
+local HIST_STEPS = {10, 12, 15, 18, 20, 25, 30, 36, 40, 50, 60, 75}
+local function hist_bucket(ms)
+  local t, scale = ms * 10, 1
+  for e = 0, 9 do
+    if t <= 75 * scale then
+      for j = 1, 12 do
+        if t <= HIST_STEPS[j] * scale then return e * 12 + j - 1 end
+      end
+    end
+    scale = scale * 10
+  end
+  return 120
+end
+
+-- Count one observation of `kind` ('w' wait: ready -> claimed, 'r' runtime: claimed -> completed) for
+-- the task name: one HINCRBY, never a task id in the field.
+local function observe(kind, name, since, now)
+  local ms = now - (tonumber(since) or now)
+  if ms < 0 then ms = 0 end
+  redis.call('HINCRBY', K_HIST, kind .. ':' .. hist_bucket(ms) .. ':' .. (name or ''), 1)
+end
+
 local function wake(n)
   if n > 0 then
     local tokens = {}
@@ -121,6 +152,7 @@ local function promote_due(now, limit)
     redis.call('ZREM', K_DELAYED, id)
     local st, payload = load(id)
     if st and st.s == 'w' then
+      st.qt = st.due -- ready since its due time, however late this promotion runs
       st.due = nil
       push_ready(id, st, false)
       save(id, st, payload)
@@ -207,6 +239,8 @@ local function grant(id, st, payload, worker, ttl, now, popped)
   else
     return refusal_in(st.s)
   end
+  observe('w', st.n, st.qt or st.ut or st.ct, now)
+  st.qt = nil
   st.s = 'r'
   st.k = tostring((tonumber(st.k) or 0) + 1)
   st.w = worker
@@ -259,6 +293,7 @@ local function complete_task(id, token, hmax, hage, now)
   if refusal then return refusal end
   redis.call('ZREM', K_RUNNING, id)
   redis.call('HDEL', K_CKPT, id)
+  observe('r', st.n, st.ut, now) -- st.ut is the claim time: nothing else moves it while running
   st.s = 'c'
   st.w = nil
   st.ut = fmt(now)

@@ -7,6 +7,7 @@
   KEYS[5]  running
   KEYS[9]  ckpt (read: the lease carries the checkpoint)
   KEYS[10] stats
+  KEYS[12] hist (the wait histogram counts the claim)
   ARGV[1] namespace prefix
   ARGV[2] worker
   ARGV[3] lease ttl (ms)

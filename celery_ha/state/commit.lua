@@ -3,8 +3,8 @@
   KEYS[1]  tasks (the fencing check)
   KEYS[9]  ckpt
   KEYS[10] stats
-  KEYS[12] items (hash: item key -> item JSON)
-  KEYS[13] itemlog (list: item keys in commit order)
+  KEYS[13] items (hash: item key -> item JSON)
+  KEYS[14] itemlog (list: item keys in commit order)
   ARGV[1] namespace prefix
   ARGV[2] task id
   ARGV[3] fencing token
@@ -18,8 +18,8 @@ local _, _, refusal = fenced(ARGV[2], ARGV[3])
 if refusal then return refusal end
 local added = 0
 for i = 5, #ARGV, 2 do
-  if redis.call('HSETNX', KEYS[12], ARGV[i], ARGV[i + 1]) == 1 then
-    redis.call('RPUSH', KEYS[13], ARGV[i])
+  if redis.call('HSETNX', KEYS[13], ARGV[i], ARGV[i + 1]) == 1 then
+    redis.call('RPUSH', KEYS[14], ARGV[i])
     added = added + 1
   end
 end

@@ -5,6 +5,7 @@
   KEYS[8]  seen (a dedup id is remembered)
   KEYS[9]  ckpt
   KEYS[10] stats
+  KEYS[12] hist (the runtime histogram counts the completion)
   ARGV[1] namespace prefix
   ARGV[2] task id
   ARGV[3] fencing token

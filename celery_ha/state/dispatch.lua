@@ -38,6 +38,7 @@ while room > 0 do
   local st, payload = load(id)
   if st and st.s == 'q' then
     st.s = 'd'
+    st.qt = st.qt or st.ut or st.ct -- its wait goes on in the broker: keep when it became ready
     st.ut = fmt(now)
     save(id, st, payload)
     redis.call('ZADD', K_INFLIGHT, fmt(now), id)

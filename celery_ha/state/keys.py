@@ -28,6 +28,7 @@ class QueueKeys:
         self.seen = p + "seen"  # set: dedup ids of finished tasks whose record was trimmed or kept
         self.checkpoints = p + "ckpt"  # hash: id -> JSON checkpoint
         self.stats = p + "stats"  # hash: counters
+        self.hist = p + "hist"  # hash: wait/runtime histogram buckets, "<w|r>:<bucket>:<task>" -> count
         self.wake = p + "wake"  # list: wake-up tokens for blocked claim_next callers
         self.items = p + "items"  # hash: item key -> JSON item (the Redis sink)
         self.item_log = p + "itemlog"  # list: item keys in commit order (for export)

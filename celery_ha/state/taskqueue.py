@@ -115,7 +115,7 @@ class TaskQueue:
             check_seconds("replica_timeout", replica_timeout, high=60)))
         k = self.keys
         self._keys = [k.tasks, k.ready_bands, k.delayed, k.inflight, k.running, k.dead, k.completed,
-                      k.seen, k.checkpoints, k.stats, k.wake]
+                      k.seen, k.checkpoints, k.stats, k.wake, k.hist]
 
     @classmethod
     def from_url(cls, url: str, namespace: str = "default", **options: Any) -> TaskQueue:

@@ -1,0 +1,81 @@
+"""``celery-ha web``: Prometheus metrics, the live dashboard and its JSON API, from the state in Redis."""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+from typing import Any
+
+import click
+
+from celery_ha.base.errors import InvalidInput
+from celery_ha.base.masking import mask_url
+from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.monitoring.auth import BasicAuth
+from celery_ha.monitoring.broker_depth import broker_reader
+from celery_ha.monitoring.collector import Source
+from celery_ha.monitoring.dashboard import Reader
+from celery_ha.monitoring.server import WebApp, WebServer, is_loopback
+
+
+def _auth_option(_ctx: click.Context, _param: Any, value: str | None) -> BasicAuth | None:
+    """click callback: USER:PASSWORD; the message never repeats the value (it holds a password)."""
+    if not value:
+        return None
+    try:
+        return BasicAuth.parse(value)
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _stop(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@click.command("web")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on. Anything but loopback exposes the dashboard: use --auth.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8808, show_default=True,
+              help="Port to listen on (0: any free port, printed at start).")
+@click.option("--auth", "auth", metavar="USER:PASSWORD", envvar="CELERY_HA_WEB_AUTH", show_envvar=True,
+              callback=_auth_option, expose_value=True,
+              help="Basic auth for every page; also enables the dashboard's actions (redrive, unban). "
+                   "Prefer the environment variable: a command line is visible to every local user.")
+@click.option("--queue", "queues", multiple=True, metavar="NAME",
+              help="Also count broker messages of this @durable_task(queue=NAME) queue (repeatable).")
+@pass_cli
+def command(obj: CLIContext, host: str, port: int, auth: BasicAuth | None, queues: tuple[str, ...]) -> None:
+    """Serve /metrics (Prometheus), / (the live dashboard), /api/stats and /healthz.
+
+    Every request reads the namespace's state in Redis; the process keeps nothing, so run as many as
+    you like. Counts come from the task layer's own scripts: standalone and Celery workers both count,
+    no Celery events are needed.
+    """
+    client = obj.client  # an unreachable Redis is one clear line now, not a 503 later
+    settings = obj.settings
+    reader = Reader(client, obj.queue, obj.pool, worker_max_age=settings.lease_ttl)
+    source = Source(client, obj.namespace, settings.lease_ttl,
+                    broker_reader(settings, obj.redis_url, client, obj.namespace, queues))
+    try:
+        server = WebServer(WebApp(reader, source, auth, host), host, port)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # e.g. a host that is no address or name
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
+    login = f"basic auth, user {auth.user}" if auth else "no auth, read-only"
+    click.echo(f"celery-ha web: {server.url} ({login}; namespace {obj.namespace}, "
+               f"Redis {mask_url(obj.redis_url)})")
+    if source.broker is None:
+        click.echo("  the broker is not Redis: celery_ha_broker_messages is left out")
+    if auth is None and not is_loopback(host):
+        click.echo(f"Warning: listening on {host} without --auth: anyone who can reach it sees the "
+                   "dashboard", err=True)
+    old = signal.signal(signal.SIGTERM, _stop)
+    try:
+        server.serve_forever(poll_interval=0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        server.server_close()
+    click.echo("celery-ha web stopped")

@@ -147,6 +147,7 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "direct_when_empty": ("CELERY_HA_DIRECT_WHEN_EMPTY", _flag),
     "flower_auth": ("CELERY_HA_FLOWER_AUTH", _basic_auth),
     "batch": ("CELERY_HA_BATCH", _batch),
+    "web_auth": ("CELERY_HA_WEB_AUTH", _text),
 }
 
 
@@ -189,6 +190,8 @@ class Settings:
     flower_auth: str = field(default="", repr=False)
     # CELERY_HA_BATCH, "20" or "name=50,*=5": durable task ids per Celery message (default 1)
     batch: dict[str, int] = field(default_factory=dict)
+    # CELERY_HA_WEB_AUTH, "user:password": `celery-ha web`'s basic auth (checked by the web command)
+    web_auth: str = field(default="", repr=False)
 
     def batch_size(self, task: str) -> int:
         """Ids one Celery message of ``task`` carries (``CELERY_HA_BATCH``; 1 when unset)."""

@@ -168,7 +168,7 @@ def command(obj: CLIContext, concurrency: int | None, no_flower: bool, no_beat: 
             if auth is not None:
                 _announce_flower(auth, flower_port)
             if not no_web:
-                login = ("basic auth" if env.get("CELERY_HA_WEB_AUTH")
+                login = ("basic auth" if obj.settings.web_auth
                          else "read-only; set CELERY_HA_WEB_AUTH=user:password for actions")
                 click.echo(f"  dashboard: http://127.0.0.1:{web_port} (/metrics for Prometheus; {login})")
             click.echo("Ctrl-C to stop.")

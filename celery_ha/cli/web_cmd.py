@@ -10,6 +10,7 @@ import click
 
 from celery_ha.base.errors import InvalidInput
 from celery_ha.base.masking import mask_url
+from celery_ha.base.settings import Settings
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.monitoring.auth import BasicAuth
 from celery_ha.monitoring.broker_depth import broker_reader
@@ -37,7 +38,8 @@ def _stop(_signum: int, _frame: FrameType | None) -> None:
               help="Address to listen on. Anything but loopback exposes the dashboard: use --auth.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8808, show_default=True,
               help="Port to listen on (0: any free port, printed at start).")
-@click.option("--auth", "auth", metavar="USER:PASSWORD", envvar="CELERY_HA_WEB_AUTH", show_envvar=True,
+@click.option("--auth", "auth", metavar="USER:PASSWORD", default=lambda: Settings.one("web_auth") or None,
+              show_default="$CELERY_HA_WEB_AUTH",
               callback=_auth_option, expose_value=True,
               help="Basic auth for every page; also enables the dashboard's actions (redrive, unban). "
                    "Prefer the environment variable: a command line is visible to every local user.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,6 +21,46 @@ def services() -> dict:
     return yaml.safe_load(COMPOSE.read_text())["services"]
 
 
+def interpolated(value: str) -> str:
+    """Compose's ``${VAR:-default}`` with nothing set: the default (``$$`` is a literal ``$``)."""
+    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", value).replace("$$", "$")
+
+
+APP_SERVICES = ("worker", "beat", "flower", "web", "worker-ha", "beat-ha")
+
+
+def test_production_shape(services: dict) -> None:
+    for name in APP_SERVICES:
+        spec = services[name]
+        assert spec["image"] == "celery-ha:latest" and spec["build"] == ".", name
+        assert isinstance(spec["command"], list), f"{name}: exec form, so tini hands SIGTERM to Celery"
+        assert "pip install" not in " ".join(spec["command"]), name  # installed at build time
+        assert spec["restart"] == "unless-stopped", name
+        grace = int(spec["stop_grace_period"].rstrip("s"))
+        soft = float(spec["environment"]["CELERY_HA_SOFT_SHUTDOWN_TIMEOUT"])
+        assert grace > soft + 20, f"{name}: stop_grace_period must outlast the soft shutdown"
+    redis = " ".join(services["redis"]["command"])
+    assert "--appendonly yes" in redis and "--maxmemory-policy noeviction" in redis
+    for name in ("redis", "worker", "flower", "web", "redis-master", "sentinel-1"):
+        assert services[name]["healthcheck"]["test"], name
+    assert services["worker"]["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert "pong" in " ".join(services["worker"]["healthcheck"]["test"])
+    assert "/healthz" in " ".join(services["web"]["healthcheck"]["test"])
+    assert services["worker"]["deploy"]["resources"]["limits"]["memory"]
+    assert "ports" not in services["redis"]  # no clash with a local Redis on 6379
+    for name, spec in services.items():
+        for port in spec.get("ports", []):
+            assert port.startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+    assert "FLOWER_BASIC_AUTH" in " ".join(services["flower"]["entrypoint"])
+
+
+def test_the_healthcheck_scripts_are_valid_python(services: dict) -> None:
+    for name in ("flower", "web"):
+        test = services[name]["healthcheck"]["test"]
+        assert test[:3] == ["CMD", "python", "-c"]
+        compile(test[3], f"{name} healthcheck", "exec")
+
+
 def test_the_ha_profile_runs_redis_under_three_sentinels(services: dict) -> None:
     ha = {name for name, spec in services.items() if "ha" in spec.get("profiles", [])}
     assert {"redis-master", "redis-replica", "sentinel-1", "sentinel-2", "sentinel-3", "worker-ha",
@@ -27,7 +68,7 @@ def test_the_ha_profile_runs_redis_under_three_sentinels(services: dict) -> None
     assert "redis-master" in " ".join(services["redis-replica"]["command"])
     for name in ("worker-ha", "beat-ha"):
         env = services[name]["environment"]
-        settings = Settings.from_env({k: str(v) for k, v in env.items()})  # valid as a whole
+        settings = Settings.from_env({k: interpolated(str(v)) for k, v in env.items()})  # valid as a whole
         state, broker = parse_sentinel_url(settings.redis_url), parse_sentinel_url(settings.broker_url)
         assert [host for host, _ in state.sentinels] == ["sentinel-1", "sentinel-2", "sentinel-3"]
         assert (state.db, broker.db, settings.sentinel_master) == (0, 1, "mymaster")

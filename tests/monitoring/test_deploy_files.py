@@ -88,7 +88,7 @@ def test_the_monitoring_profile_runs_web_prometheus_and_provisioned_grafana() ->
     services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
     monitoring = {name for name, spec in services.items() if "monitoring" in spec.get("profiles", [])}
     assert monitoring == {"web", "prometheus", "grafana"}
-    assert "celery-ha web --host 0.0.0.0 --port 8808" in services["web"]["command"]
+    assert " ".join(services["web"]["command"]) == "celery-ha web --host 0.0.0.0 --port 8808"
     for name in monitoring:
         for volume in services[name].get("volumes", []):
             source = volume.split(":")[0]

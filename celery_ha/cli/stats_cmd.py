@@ -18,22 +18,16 @@ from celery_ha.base.masking import mask_url
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.cli.errors import one_line
 from celery_ha.cli.render import console, echo_json, when
-from celery_ha.redisio.memory_policy import eviction_policy, eviction_warning
-from celery_ha.state.pause import paused
+from celery_ha.monitoring.dashboard import Reader, stats_snapshot
 
 STATES = ("queued", "delayed", "dispatched", "running", "completed", "dead")
 PENDING = ("queued", "delayed", "dispatched", "running")
 
 
 def snapshot(obj: CLIContext) -> dict[str, Any]:
-    """Queue stats plus the proxy pool's summary (when the pool has one)."""
-    data: dict[str, Any] = {"namespace": obj.namespace, **obj.queue.stats(),
-                            "paused": paused(obj.client, obj.namespace)}
-    try:
-        data["proxies"] = obj.pool.stats()
-    except (ImportError, AttributeError):
-        pass
-    return data
+    """Queue stats, pause, the proxy pool's summary and warnings: the same document as the web's
+    ``/api/stats`` (one function builds both)."""
+    return stats_snapshot(Reader(obj.client, obj.queue, obj.pool, worker_max_age=obj.settings.lease_ttl))
 
 
 def _table(data: dict[str, Any], rate: float | None = None) -> Table:
@@ -129,10 +123,9 @@ def command(obj: CLIContext, as_json: bool, watch: bool, interval: float, update
             pass
         return
     data = snapshot(obj)
-    warning = eviction_warning(eviction_policy(obj.client))
     if as_json:
-        echo_json({**data, "warnings": [warning] if warning else []})
+        echo_json(data)
         return
-    if warning:
+    for warning in data["warnings"]:
         click.echo(f"Warning: {warning}", err=True)
     console().print(_table(data))

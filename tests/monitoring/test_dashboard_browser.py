@@ -14,6 +14,7 @@ import pytest
 from celery_ha.monitoring.auth import basic_header
 from celery_ha.proxy import ProxyPool
 from celery_ha.state import TaskQueue
+from celery_ha.state.pause import pause, resume
 from tests.monitoring.webproc import web_process
 from tests.support.cli import SECRET
 from tests.support.polling import wait_until
@@ -114,6 +115,13 @@ def test_the_page_shows_redis_numbers_refreshes_and_redrives(redis_url: str, bro
         wait_until(lambda: _shown(browser)["dead"] == 2, timeout=20, what="the page to show it")
         wait_until(lambda: _click_first(browser, "#proxies tbody tr button"), timeout=10, what="a click")
         wait_until(lambda: pool.get("127.0.0.3:8001").state == "avail", timeout=20, what="the unban")
+
+        # a paused namespace says so on the page, and stops saying so once resumed
+        assert _text(browser, "notices") == ""
+        pause(q.client, NS, "site maintenance")
+        wait_until(lambda: "site maintenance" in _text(browser, "notices"), timeout=20, what="the pause")
+        resume(q.client, NS)
+        wait_until(lambda: _text(browser, "notices") == "", timeout=20, what="the resume")
         shot = tmp_path / "dashboard.png"
         assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
         if target := os.environ.get("DASHBOARD_SCREENSHOT"):  # refresh docs/dashboard.png on purpose

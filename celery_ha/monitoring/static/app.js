@@ -117,6 +117,12 @@ function drawThroughput(tp, now) {
 function render(d) {
   const s = d.stats;
   $("namespace").textContent = `namespace ${d.namespace}`;
+  const notices = [...(s.warnings || [])];
+  if (s.paused) {
+    notices.unshift(`paused ${fmtAgo(s.paused.since, d.now)}${s.paused.reason ? ": " + s.paused.reason : ""}`
+                    + " — no new task is dispatched until `celery-ha resume`");
+  }
+  $("notices").replaceChildren(...notices.map((text) => el("div", text, "notice")));
   for (const state of STATES) $(`count-${state}`).textContent = fmtInt(s[state]);
   $("count-items").textContent = fmtInt(s.items);
   $("count-workers").textContent = fmtInt(d.workers_alive);

@@ -10,6 +10,10 @@ import redis
 
 from celery_ha.runtime.redis_process import RedisProcess, free_port
 
+# The session's 3-master Redis Cluster (fixtures redis_cluster, cluster_url): registered once here so
+# every folder shares one cluster; it starts only for tests that ask for it.
+pytest_plugins = ["tests.support.redis_cluster"]
+
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProcess]:

@@ -148,6 +148,7 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "flower_auth": ("CELERY_HA_FLOWER_AUTH", _basic_auth),
     "batch": ("CELERY_HA_BATCH", _batch),
     "web_auth": ("CELERY_HA_WEB_AUTH", _text),
+    "shards": ("CELERY_HA_SHARDS", _number(int, 1, 1024)),
 }
 
 
@@ -192,6 +193,8 @@ class Settings:
     batch: dict[str, int] = field(default_factory=dict)
     # CELERY_HA_WEB_AUTH, "user:password": `celery-ha web`'s basic auth (checked by the web command)
     web_auth: str = field(default="", repr=False)
+    # CELERY_HA_SHARDS: hash tags one namespace's tasks spread over (1 = one tag, one cluster slot)
+    shards: int = 1
 
     def batch_size(self, task: str) -> int:
         """Ids one Celery message of ``task`` carries (``CELERY_HA_BATCH``; 1 when unset)."""

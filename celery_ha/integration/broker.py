@@ -19,10 +19,12 @@ from typing import Any
 import redis
 from kombu.transport.redis import PRIORITY_STEPS, Channel
 
+from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.masking import mask_url
 from celery_ha.base.per_process import PerProcess
 from celery_ha.base.settings import Settings
 from celery_ha.redisio.client import is_redis_url, redis_client
+from celery_ha.redisio.cluster import is_cluster_url
 from celery_ha.redisio.sentinel import broker_sentinel_url, is_sentinel_url, parse_sentinel_url
 
 log = logging.getLogger(__name__)
@@ -45,7 +47,12 @@ _CERT_REQS = {"required": ssl.CERT_REQUIRED, "optional": ssl.CERT_OPTIONAL, "non
 def kombu_broker(url: str, settings: Settings) -> KombuBroker:
     """A ``sentinel://`` URL gets the database and credentials on every part (kombu reads them from
     the part it connects through), the master's name, the sentinels' AUTH, and its TLS options for
-    the sentinels (``sentinel_kwargs``) and the master (``broker_use_ssl``). Other URLs pass as they are."""
+    the sentinels (``sentinel_kwargs``) and the master (``broker_use_ssl``). A Redis Cluster URL is
+    refused (kombu's Redis transport cannot talk to a cluster). Other URLs pass as they are."""
+    if is_cluster_url(url):
+        raise ConfigurationError(f"CELERY_BROKER_URL={mask_url(url)!r}: Celery's Redis transport has no "
+                                 "Redis Cluster support; give the broker a plain Redis, Sentinel or RabbitMQ "
+                                 "(CELERY_BROKER_URL must be set when CELERY_HA_REDIS_URL is a cluster)")
     if not is_sentinel_url(url):
         return KombuBroker(url)
     target = parse_sentinel_url(url)

@@ -70,7 +70,7 @@ def dead_letter_summary(rt: Services | None = None, sample: int = 5) -> dict[str
     with short_lock(rt.client, keys.lock("deadletters"), ttl=30) as got:
         if not got:
             return None
-        total = int(rt.client.zcard(keys.dead))
+        total = int(rt.queue.stats()["dead"])  # every shard's (CELERY_HA_SHARDS)
         examples = [{"id": t.id, "url": t.url, "task": t.task, "error": t.error}
                     for t in rt.queue.dead(limit=sample)]
     if total:

@@ -13,8 +13,11 @@
     backoff(base, cap, n, jitter) -> ms   jittered exponential backoff
     temp_ban(P, pid, now, base, cap, max_tbans, jitter, reason) -> 'tban' | 'pban'
     make_available(P, pid, now, K) -> score   (re)join the available zone
+  and runs the same_slot check (--#include same_slot): every key a script builds from P shares the
+  Redis Cluster slot of KEYS[1].
 ]]
 --#include clock
+--#include same_slot
 
 local function numargs(text)
   local out = {}

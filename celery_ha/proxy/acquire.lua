@@ -6,6 +6,10 @@
   KEYS[1] the available zone (routes the call; every other key shares its {ns} hash tag)
   KEYS[2] the domain counters (hash: "a:<domain>" leases granted, "n:<domain>" refusals), read by
     celery_ha/proxy/metrics.py
+  Same slot: the keys it builds (all, bud:<domain>, cd:<domain>, dban:<domain>, dcfg, exp, gcap, grp,
+    iu, lk:<id>|<domain>, m:<id>, new, pb, rw:<id>|<domain>, sem:<group>, stats, tb, each under
+    cha:{ns}:px:) are named from ARGV[1], the prefix KEYS[1] starts with ({hash tag} included), so they
+    share KEYS[1]'s slot (_common checks it).
   ARGV[1] the pool's key prefix
   ARGV[2] the domain (normalized)
   ARGV[3] the borrowing worker's name

@@ -3,6 +3,9 @@
   the probation score. A known proxy keeps its statistics; its URL, source and expiry are refreshed. A
   permanently banned proxy is never re-admitted by an add (only an explicit unban does that).
   KEYS[1] the available zone
+  Same slot: the keys it builds (all, exp, gcap, grp, m:<id>, new, pb, stats, tb, each under
+    cha:{ns}:px:) are named from ARGV[1], the prefix KEYS[1] starts with ({hash tag} included), so they
+    share KEYS[1]'s slot (_common checks it).
   ARGV[1] the pool's key prefix
   ARGV[2] JSON list of {id, url, masked, scheme, host, port, user, source, ttl_ms, group, verify}
           (built by celery_ha/proxy/records.py: add_item)

@@ -1,6 +1,9 @@
 --[[ Ban a proxy by hand (CLI `proxies ban`): for a while (temporary) or for good.
   KEYS[1] the available zone
   KEYS[2] the pool's counters (stats hash: 'banned_manual' counts this ban)
+  Same slot: the keys it builds (m:<id>, new, pb, tb, each under cha:{ns}:px:) are named from ARGV[1],
+    the prefix KEYS[1] starts with ({hash tag} included), so they share KEYS[1]'s slot (_common checks
+    it).
   ARGV[1] the pool's key prefix
   ARGV[2] the proxy id
   ARGV[3] ban length (ms; 0 = permanent)

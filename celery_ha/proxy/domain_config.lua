@@ -2,6 +2,8 @@
   "rate_n rate_ms budget_n budget_ms" (0 = use the worker's default). A new rate drops the domain's
   cool-downs, which were computed with the old one.
   KEYS[1] the available zone
+  Same slot: the keys it builds (cd:<domain>, dcfg, each under cha:{ns}:px:) are named from ARGV[1], the
+    prefix KEYS[1] starts with ({hash tag} included), so they share KEYS[1]'s slot (_common checks it).
   ARGV[1] the pool's key prefix
   ARGV[2] the domain (normalized)
   ARGV[3] which override: 'rate' or 'budget'

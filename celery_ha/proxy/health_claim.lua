@@ -2,6 +2,8 @@
   probation. Each claimed proxy's due time moves the claim length ahead, so two checkers never probe
   the same proxy.
   KEYS[1] the available zone
+  Same slot: the keys it builds (m:<id>, each under cha:{ns}:px:) are named from ARGV[1], the prefix
+    KEYS[1] starts with ({hash tag} included), so they share KEYS[1]'s slot (_common checks it).
   ARGV[1] the pool's key prefix
   ARGV[2] the most proxies to claim
   ARGV[3] claim length (ms)

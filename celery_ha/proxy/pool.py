@@ -46,7 +46,7 @@ from celery_ha.proxy.validation import (
     normalize_domain,
     parse_proxy_url,
 )
-from celery_ha.redisio.client import redis_client
+from celery_ha.redisio.client import client_address, redis_client
 from celery_ha.redisio.scripts import ScriptSet
 
 #: Longest request latency release() takes (ms): a day; anything longer is a caller's bug.
@@ -89,9 +89,7 @@ class ProxyPool:
         return cls(redis_client(url), namespace, config)
 
     def __repr__(self) -> str:
-        kw = self.client.connection_pool.connection_kwargs
-        where = f"{kw.get('host', kw.get('path', '?'))}:{kw.get('port', '')}/{kw.get('db', 0)}"
-        return f"ProxyPool(namespace={self.namespace!r}, redis={where!r})"
+        return f"ProxyPool(namespace={self.namespace!r}, redis={client_address(self.client)!r})"
 
     # ------------------------------------------------------------------ adding and removing proxies
     def add(

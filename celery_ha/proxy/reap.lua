@@ -1,6 +1,9 @@
 --[[ Empty the in-use zone of leases whose borrower died, and drop proxies whose lifetime ended.
   Acquire does a bounded amount of this on every call; this script is for maintenance.
   KEYS[1] the available zone
+  Same slot: the keys it builds (all, exp, grp, iu, m:<id>, new, pb, stats, tb, each under cha:{ns}:px:)
+    are named from ARGV[1], the prefix KEYS[1] starts with ({hash tag} included), so they share
+    KEYS[1]'s slot (_common checks it).
   ARGV[1] the pool's key prefix
   ARGV[2] the most leases (and, separately, expired proxies) to handle
   Reply: the number of leases reaped

@@ -2,6 +2,10 @@
   its token), re-stamp the rate-window hit with the time the response came back, and fold the outcome
   into the proxy's statistics, score and ban state.
   KEYS[1] the available zone
+  Same slot: the keys it builds (blk:<domain>, bud:<domain>, dban:<domain>, grp, iu, lk:<id>|<domain>,
+    m:<id>, new, pb, rw:<id>|<domain>, sem:<group>, stats, tb, each under cha:{ns}:px:) are named from
+    ARGV[1], the prefix KEYS[1] starts with ({hash tag} included), so they share KEYS[1]'s slot (_common
+    checks it).
   ARGV[1] the pool's key prefix
   ARGV[2] the proxy id
   ARGV[3] the domain

@@ -1,5 +1,8 @@
 --[[ Forget a proxy entirely: every zone, its hash, its group and expiry entries.
   KEYS[1] the available zone
+  Same slot: the keys it builds (all, exp, grp, m:<id>, new, pb, tb, each under cha:{ns}:px:) are named
+    from ARGV[1], the prefix KEYS[1] starts with ({hash tag} included), so they share KEYS[1]'s slot
+    (_common checks it).
   ARGV[1] the pool's key prefix
   ARGV[2] the proxy id
   Reply: 1 removed, 0 unknown proxy

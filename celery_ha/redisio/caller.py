@@ -16,6 +16,8 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from celery_ha.base.per_process import PerProcess
+from celery_ha.redisio.cluster import is_cluster_client
+from celery_ha.redisio.cluster_caller import ClusterScript
 from celery_ha.redisio.replicas import ReplicaWait
 
 try:  # hiredis (a dependency) packs a command in C; redis-py's packer checks every argument in Python
@@ -73,8 +75,10 @@ class LuaScript:
     It also fixes retry semantics for scripts that must not run twice: a request that could not be
     *sent* is sent again once on a fresh connection (nothing reached the server), but a request whose
     *reply* was lost is never re-sent (redis-py's default retry would run a claim or a completion
-    again, up to 10 times): the error is raised. Other clients (single-connection, cluster) take
-    redis-py's ordinary path. With a :class:`ReplicaWait`, ``WAIT`` travels in the same write as the
+    again, up to 10 times): the error is raised. A Redis Cluster client goes through
+    :class:`celery_ha.redisio.cluster_caller.ClusterScript` (the same rule, plus MOVED / ASK / NOSCRIPT
+    per node); other clients (single-connection) take redis-py's ordinary path. With a
+    :class:`ReplicaWait`, ``WAIT`` travels in the same write as the
     script and its reply is read after the script's.
     """
 
@@ -88,8 +92,11 @@ class LuaScript:
         self._pins = pins
         self._wait = wait
         self._commands: tuple[tuple[Any, ...], ...] = (wait.command,) if wait else ()
+        self._cluster = ClusterScript(client, source, self.sha, wait) if is_cluster_client(client) else None
 
     def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
+        if self._cluster is not None:
+            return self._cluster(keys, args)
         command = ("EVALSHA", self.sha, len(keys), *keys, *args)
         if self._pins is None:
             return self._via_client(command)

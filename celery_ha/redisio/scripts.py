@@ -67,5 +67,7 @@ class ScriptSet:
 
 def eval_script(client: redis.Redis, folder: Path | str, name: str, keys: list[Any], args: list[Any]) -> Any:
     """Run a script that is called rarely (a heartbeat every few seconds, a lock release) with plain
-    EVAL: no script cache or pinned connection to keep per client. Hot paths use :class:`ScriptSet`."""
+    EVAL: no script cache or pinned connection to keep per client. Hot paths use :class:`ScriptSet`.
+    On a Redis Cluster this is redis-py's routed EVAL, which may send it again after a lost reply:
+    only scripts that may run twice go here (a heartbeat, a compare-and-delete unlock)."""
     return client.eval(script_source(str(folder), name), len(keys), *keys, *args)

@@ -25,10 +25,12 @@
   pop_ready, unready, band_batch, band_add, band_flush (ready lists); hist_bucket, observe (histograms);
   incr, wake, promote_due, to_dead,
   stall, fenced, grant, claim_best, trim_history, complete_task (transitions); and, from the includes
-  below, now_ms and now_us_score (clock) and the R_* refusal codes and refusal_in (_replies).
+  below, now_ms and now_us_score (clock), the R_* refusal codes and refusal_in (_replies), and the
+  same_slot check that ARGV[1] carries the hash tag of KEYS[1].
 ]]
 --#include clock
 --#include _replies
+--#include same_slot
 
 local K_TASKS, K_READYP, K_DELAYED, K_INFLIGHT = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_RUNNING, K_DEAD, K_COMPLETED, K_SEEN = KEYS[5], KEYS[6], KEYS[7], KEYS[8]

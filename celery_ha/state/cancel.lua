@@ -9,6 +9,8 @@
   KEYS[5]  running
   KEYS[6]  dead
   KEYS[10] stats
+  Same slot: the ready lists r:<priority> it may touch are named from ARGV[1], the prefix every KEYS
+    entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix (the ready lists: computed keys, all under the namespace's hash tag)
   ARGV[2] task id
   ARGV[3] reason (cleaned by the caller)

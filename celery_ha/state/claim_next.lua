@@ -8,6 +8,8 @@
   KEYS[9]  ckpt (read: the lease carries the checkpoint)
   KEYS[10] stats
   KEYS[12] hist (the wait histogram counts the claim)
+  Same slot: the ready lists r:<priority> it may touch are named from ARGV[1], the prefix every KEYS
+    entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2] worker
   ARGV[3] lease ttl (ms)

@@ -10,6 +10,8 @@
   KEYS[9]  ckpt
   KEYS[10] stats
   KEYS[12] hist (the runtime and wait histograms count the completion and the next claim)
+  Same slot: the ready lists r:<priority> it may touch are named from ARGV[1], the prefix every KEYS
+    entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2] task id
   ARGV[3] fencing token

@@ -7,6 +7,8 @@
   KEYS[8]  seen (a finished dedup id counts as present)
   KEYS[10] stats
   KEYS[11] wake (one token per created task, for blocked claim_next callers)
+  Same slot: the ready lists r:<priority> it may touch are named from ARGV[1], the prefix every KEYS
+    entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2..] runs as in enqueue.lua: count, priority, dedup (1/0), task name, max_attempts, max_stalls,
     then count x (id, payload JSON)

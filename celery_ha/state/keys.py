@@ -1,22 +1,30 @@
 """Redis key names of the durable task layer.
 
 All keys of one namespace share the hash tag ``{ns}``, so a namespace lives in one Redis Cluster slot and
-every multi-key Lua script stays legal there. Names are short on purpose: they are repeated per task.
+every multi-key Lua script stays legal there. A sharded namespace (``CELERY_HA_SHARDS``, see
+``state/shards.py``) has one such tag per shard; each script still touches one shard, so one slot.
+Names are short on purpose: they are repeated per task.
 """
 
 from __future__ import annotations
 
 
-def prefix(namespace: str) -> str:
-    """The common prefix of every key of ``namespace``: ``cha:{namespace}:``."""
-    return f"cha:{{{namespace}}}:"
+def prefix(namespace: str, tag: str | None = None) -> str:
+    """The common prefix of every key of ``namespace``: ``cha:{namespace}:`` (or, for one shard of a
+    sharded namespace, ``cha:{<shard tag>}:``; see ``celery_ha.state.shards``)."""
+    return f"cha:{{{tag or namespace}}}:"
 
 
 class QueueKeys:
-    """Keys of the durable task layer (see README "Data layout")."""
+    """Keys of the durable task layer (see README "Data layout").
 
-    def __init__(self, namespace: str) -> None:
-        p = prefix(namespace)
+    With ``tag`` (a shard of a sharded namespace) the per-task keys live under that shard's tag; the
+    namespace-wide ones (locks, worker registry, task names, meta) always stay under the namespace's.
+    """
+
+    def __init__(self, namespace: str, tag: str | None = None) -> None:
+        p = prefix(namespace, tag)
+        base = prefix(namespace)
         self.prefix = p
         self.tasks = p + "tasks"  # hash: id -> JSON record
         self.ready_bands = p + "readyp"  # zset: priority bands holding queued tasks, score = -priority
@@ -32,10 +40,10 @@ class QueueKeys:
         self.wake = p + "wake"  # list: wake-up tokens for blocked claim_next callers
         self.items = p + "items"  # hash: item key -> JSON item (the Redis sink)
         self.item_log = p + "itemlog"  # list: item keys in commit order (for export)
-        self.locks = p + "lock:"  # prefix of short maintenance locks
-        self.workers = p + "workers"  # zset: worker name -> last heartbeat (ms)
-        self.task_names = p + "tasknames"  # hash: worker node -> JSON list of the task names it runs
-        self.meta = p + "meta"  # hash: last sweep time and other bookkeeping
+        self.locks = base + "lock:"  # prefix of short maintenance locks
+        self.workers = base + "workers"  # zset: worker name -> last heartbeat (ms)
+        self.task_names = base + "tasknames"  # hash: worker node -> JSON list of the task names it runs
+        self.meta = base + "meta"  # hash: last sweep time, pause flag, shard count, other bookkeeping
 
     def ready_list(self, priority: int | str) -> str:
         """List of queued ids of one priority band, FIFO (must match ready_key() in _common.lua)."""

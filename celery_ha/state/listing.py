@@ -3,7 +3,8 @@ its natural order, then their records in one HMGET per page.
 
 Orders: queued = claim order (highest priority band first, oldest first); dispatched = oldest
 dispatch first; running = soonest lease expiry first; delayed = soonest retry first; completed =
-oldest first (the bounded history only); dead = oldest death first. Filtering by task name reads
+oldest first (the bounded history only); dead = oldest death first. A sharded namespace lists shard
+after shard, each in that order. Filtering by task name reads
 pages of ``SCAN_PAGE`` ids until enough match, so its cost grows with how rare the name is.
 """
 
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 
 from celery_ha.base.errors import InvalidInput
 from celery_ha.base.validation import check_int, check_task_name
+from celery_ha.state.keys import QueueKeys
 from celery_ha.state.records import TaskInfo
 from celery_ha.state.taskqueue import TaskQueue
 
@@ -22,14 +24,27 @@ MAX_LIMIT = 100_000
 
 
 def _ids(q: TaskQueue, state: str, start: int, count: int) -> list[str]:
-    """``count`` ids of ``state`` from position ``start``."""
-    k = q.keys
-    zsets = {"dispatched": k.inflight, "running": k.running, "delayed": k.delayed,
-             "completed": k.completed, "dead": k.dead}
-    if state in zsets:
-        return list(q.client.zrange(zsets[state], start, start + count - 1))
+    """``count`` ids of ``state`` from position ``start`` (a sharded namespace: shard after shard)."""
     out: list[str] = []
     skip = start
+    for k in q.shard_keys():
+        zset = {"dispatched": k.inflight, "running": k.running, "delayed": k.delayed,
+                "completed": k.completed, "dead": k.dead}.get(state)
+        if zset is not None:
+            size = int(q.client.zcard(zset))
+            if skip < size:
+                out.extend(q.client.zrange(zset, skip, skip + count - len(out) - 1))
+            skip = max(0, skip - size)
+        else:
+            skip = _queued(q, k, skip, count, out)
+        if len(out) >= count:
+            break
+    return out
+
+
+def _queued(q: TaskQueue, k: QueueKeys, skip: int, count: int, out: list[str]) -> int:
+    """Append one shard's queued ids (claim order) past ``skip`` to ``out``; returns what is left
+    of ``skip`` for the next shard."""
     for band in q.client.zrange(k.ready_bands, 0, -1):
         length = int(q.client.llen(k.ready_list(band)))
         if skip >= length:
@@ -39,7 +54,7 @@ def _ids(q: TaskQueue, state: str, start: int, count: int) -> list[str]:
         skip = 0
         if len(out) >= count:
             break
-    return out
+    return skip
 
 
 def _scan(q: TaskQueue, state: str) -> Iterator[TaskInfo]:

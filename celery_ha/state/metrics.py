@@ -16,10 +16,12 @@ import bisect
 import json
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 
 from celery_ha.state.keys import QueueKeys
+from celery_ha.state.shards import namespace_keys
 
 #: Bucket upper bounds per decade, in tenths of a ms (``HIST_STEPS`` in ``_common.lua``).
 STEPS = (10, 12, 15, 18, 20, 25, 30, 36, 40, 50, 60, 75)
@@ -157,21 +159,61 @@ def _ready_since(raw: str | None) -> int | None:
 
 
 def read_queue_metrics(client: redis.Redis, namespace: str) -> QueueMetrics:
-    """Everything :mod:`celery_ha.monitoring` shows about the task layer, in three round trips."""
-    k = QueueKeys(namespace)
+    """Everything :mod:`celery_ha.monitoring` shows about the task layer, in three round trips (per
+    shard of a sharded namespace: counts, counters and histograms are added up)."""
+    shards = namespace_keys(client, namespace)
+    k = shards[0]
     pipe = client.pipeline(transaction=False)
     pipe.time()
+    pipe.zrange(k.workers, 0, -1, withscores=True)
+    clock, workers = pipe.execute()
+    now_ms = int(clock[0]) * 1000 + int(clock[1]) // 1000
+    states = dict.fromkeys(("queued", "dispatched", "running", "delayed", "dead"), 0)
+    counters: dict[str, int] = {}
+    hist: dict[str, int] = {}
+    items = history = 0
+    starts: list[int] = []
+    sent: list[int] = []
+    for k in shards:
+        part = _shard_reads(client, k)
+        for name in states:
+            states[name] += part[name]
+        for name, value in part["stats"].items():
+            if value.lstrip("-").isdigit():
+                counters[name] = counters.get(name, 0) + int(value)
+        for field_, value in part["hist"].items():
+            hist[field_] = hist.get(field_, 0) + int(value)
+        items += part["items"]
+        history += part["history"]
+        starts += part["starts"]
+        sent += part["first_sent"]
+    states["completed"] = counters.get("completed", 0)
+    return QueueMetrics(
+        namespace=namespace,
+        now_ms=now_ms,
+        states={name: states[name] for name in ("queued", "dispatched", "running", "delayed", "completed",
+                                                 "dead")},
+        counters=counters,
+        items=items,
+        histograms=parse_histograms({f: str(v) for f, v in hist.items()}),
+        workers=[(name, int(score)) for name, score in workers],
+        oldest_ready_ms=min(starts) if starts else None,
+        oldest_dispatched_ms=min(sent) if sent else None,
+        completed_history=history,
+    )
+
+
+def _shard_reads(client: redis.Redis, k: QueueKeys) -> dict[str, Any]:
+    """One shard's counts, counters, histogram buckets and oldest waiting tasks (two round trips)."""
+    pipe = client.pipeline(transaction=False)
     pipe.zrange(k.ready_bands, 0, -1)
     for key in (k.inflight, k.running, k.delayed, k.dead, k.completed):
         pipe.zcard(key)
     pipe.hgetall(k.stats)
     pipe.hgetall(k.hist)
     pipe.hlen(k.items)
-    pipe.zrange(k.workers, 0, -1, withscores=True)
     pipe.zrange(k.inflight, 0, 0, withscores=True)
-    (clock, bands, dispatched, running, delayed, dead, history, stats, hist, items, workers,
-     first_sent) = pipe.execute()
-    now_ms = int(clock[0]) * 1000 + int(clock[1]) // 1000
+    bands, dispatched, running, delayed, dead, history, stats, hist, items, first_sent = pipe.execute()
     queued = 0
     heads: list[str] = []
     if bands:
@@ -183,17 +225,6 @@ def read_queue_metrics(client: redis.Redis, namespace: str) -> QueueMetrics:
         queued = sum(replies[0::2])
         heads = [tid for ids in replies[1::2] for tid in ids]
     starts = [s for s in map(_ready_since, client.hmget(k.tasks, heads) if heads else []) if s is not None]
-    counters = {name: int(v) for name, v in stats.items() if v.lstrip("-").isdigit()}
-    return QueueMetrics(
-        namespace=namespace,
-        now_ms=now_ms,
-        states={"queued": queued, "dispatched": dispatched, "running": running, "delayed": delayed,
-                "completed": counters.get("completed", 0), "dead": dead},
-        counters=counters,
-        items=int(items),
-        histograms=parse_histograms(hist),
-        workers=[(name, int(score)) for name, score in workers],
-        oldest_ready_ms=min(starts) if starts else None,
-        oldest_dispatched_ms=int(first_sent[0][1]) if first_sent else None,
-        completed_history=history,
-    )
+    return {"queued": queued, "dispatched": dispatched, "running": running, "delayed": delayed, "dead": dead,
+            "history": history, "stats": stats, "hist": hist, "items": int(items), "starts": starts,
+            "first_sent": [int(first_sent[0][1])] if first_sent else []}

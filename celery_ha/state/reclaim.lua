@@ -7,6 +7,8 @@
   KEYS[6]  dead (a task past max_stalls)
   KEYS[10] stats
   KEYS[11] wake (one token per requeued task)
+  Same slot: the ready lists r:<priority> it may touch are named from ARGV[1], the prefix every KEYS
+    entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2] batch (most leases reclaimed per call)
   ARGV[3] spare_from: start (ms, Redis clock) of a stretch in which no worker could reach Redis

@@ -5,6 +5,8 @@
   KEYS[6]  dead
   KEYS[10] stats
   KEYS[11] wake
+  Same slot: the ready lists r:<priority> it may touch are named from ARGV[1], the prefix every KEYS
+    entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2] task id, or '' for the oldest dead tasks
   ARGV[3] batch (most tasks moved without an id)

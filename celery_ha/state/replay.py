@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from celery_ha.base.errors import InvalidInput
 from celery_ha.base.validation import MAX_NAME_CHARS, check_text, iter_many
 from celery_ha.state.enqueue_args import Row, grouped
+from celery_ha.state.sharded import by_shard
 
 if TYPE_CHECKING:
     from celery_ha.state.taskqueue import TaskQueue
@@ -26,7 +27,8 @@ def enqueue_if_absent(queue: TaskQueue, tasks: Iterable[tuple[str, str | Mapping
     """Create each ``(id, spec)`` of ``queue`` under that id unless a task with it is present (a
     finished dedup id counts): replaying an enqueue whose id was fixed earlier (``task_ids``) queues
     it once, with dedup or without. Specs are validated first, as ``enqueue_many`` validates them
-    (InvalidInput, nothing written); one round trip per :data:`REPLAY_BATCH` tasks. Returns True
+    (InvalidInput, nothing written); one round trip per :data:`REPLAY_BATCH` tasks (per shard of a
+    sharded namespace: each id goes to its own shard). Returns True
     where this call created the task.
 
     A module function beside the queue rather than a method: it is the outbox's door, not part of the
@@ -35,7 +37,13 @@ def enqueue_if_absent(queue: TaskQueue, tasks: Iterable[tuple[str, str | Mapping
     rows = replay_rows(tasks, queue)
     flags: list[bool] = []
     for at in range(0, len(rows), REPLAY_BATCH):
-        flags += created_flags(queue._run("enqueue_if_absent", *grouped(rows[at:at + REPLAY_BATCH])))
+        batch = rows[at:at + REPLAY_BATCH]
+        got = [False] * len(batch)
+        for shard, positions in by_shard([row[0] for row in batch], queue.shard_count).items():
+            reply = queue._run("enqueue_if_absent", *grouped([batch[p] for p in positions]), shard=shard)
+            for p, flag in zip(positions, created_flags(reply), strict=True):
+                got[p] = flag
+        flags += got
     return flags
 
 

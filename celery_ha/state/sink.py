@@ -15,7 +15,7 @@ from typing import Any
 import redis
 
 from celery_ha.base.errors import InvalidInput
-from celery_ha.state.keys import QueueKeys
+from celery_ha.state.shards import namespace_keys
 
 
 def item_key(item: Mapping[str, Any], field: str | None = None) -> str:
@@ -33,8 +33,8 @@ def item_key(item: Mapping[str, Any], field: str | None = None) -> str:
 
 
 def count_items(client: redis.Redis, namespace: str = "default") -> int:
-    """How many distinct items the sink holds."""
-    return int(client.hlen(QueueKeys(namespace).items))
+    """How many distinct items the sink holds (every shard's)."""
+    return sum(int(client.hlen(k.items)) for k in namespace_keys(client, namespace))
 
 
 def iter_items(client: redis.Redis, namespace: str = "default", batch: int = 500,
@@ -42,16 +42,17 @@ def iter_items(client: redis.Redis, namespace: str = "default", batch: int = 500
     """Yield stored items in commit order (dicts, or ``(key, item)`` with ``with_keys``).
 
     Reads the commit log in batches, so exporting millions of items never loads them all at once.
+    A sharded namespace is read shard after shard (commit order within each shard).
     """
-    keys = QueueKeys(namespace)
-    start = 0
-    while True:
-        chunk = client.lrange(keys.item_log, start, start + batch - 1)
-        if not chunk:
-            return
-        for key, raw in zip(chunk, client.hmget(keys.items, chunk), strict=True):
-            if raw is None:
-                continue
-            item = json.loads(raw)
-            yield (key, item) if with_keys else item
-        start += len(chunk)
+    for keys in namespace_keys(client, namespace):
+        start = 0
+        while True:
+            chunk = client.lrange(keys.item_log, start, start + batch - 1)
+            if not chunk:
+                break
+            for key, raw in zip(chunk, client.hmget(keys.items, chunk), strict=True):
+                if raw is None:
+                    continue
+                item = json.loads(raw)
+                yield (key, item) if with_keys else item
+            start += len(chunk)

@@ -39,23 +39,21 @@ from celery_ha.base.validation import (
     shown,
 )
 from celery_ha.redisio.client import redis_client
+from celery_ha.redisio.cluster import is_cluster_client
 from celery_ha.redisio.replicas import replica_wait
 from celery_ha.redisio.scripts import ScriptSet
-from celery_ha.state.counts import queue_stats, ready_ids
 from celery_ha.state.enqueue_args import MAX_BATCH, Row, RowDefaults, build_rows, grouped
 from celery_ha.state.ids import random_id
 from celery_ha.state.keys import QueueKeys
-from celery_ha.state.records import STATE_NAMES, Dispatched, Lease, TaskInfo
-from celery_ha.state.replies import Refusal, dispatched_from, lease_from, raise_for, refused
+from celery_ha.state.queue_reads import QueueReads, _task_id
+from celery_ha.state.records import STATE_NAMES, Dispatched, Lease
+from celery_ha.state.replies import Refusal, lease_from, raise_for, refused
+from celery_ha.state.sharded import by_shard, dispatch_shards, rotation
+from celery_ha.state.shards import MAX_SHARDS, shard_keys
 
 _HERE = Path(__file__).parent
 _RELEASED = {"q": "queued", "x": "dead"}  # release.lua's success replies -> release()'s results
 _MAX_TOKEN = 2**53  # fencing tokens are Lua numbers (doubles): exact up to 2**53
-
-
-def _task_id(task_id: Any) -> str:
-    """A task id as a caller passes it: a short clean string (an unknown one is not an error here)."""
-    return check_text("task id", task_id, MAX_NAME_CHARS)
 
 
 def _worker(worker: Any) -> str:
@@ -72,10 +70,13 @@ def _held(lease: Any) -> tuple[str, int]:
     return _task_id(lease.task_id), token
 
 
-class TaskQueue:
+class TaskQueue(QueueReads):
     """Client of one namespace of the durable task layer.
 
     Safe to share between threads (redis-py pools connections). In a forked child, build a new one.
+    ``shards`` > 1 spreads the namespace over that many hash tags (``state/shards.py``); an explicit
+    count is checked against the one the namespace was written with (ConfigurationError on a change
+    while it holds tasks). None = 1, unchecked.
     """
 
     def __init__(
@@ -95,10 +96,14 @@ class TaskQueue:
         default_task: str = Settings.default_task,
         min_replicas: int = 0,
         replica_timeout: float = Settings.replica_timeout,
+        shards: int | None = None,
     ) -> None:
         self.client = client
         self.namespace = check_namespace(namespace)
-        self.keys = QueueKeys(namespace)
+        self.shard_count = 1 if shards is None else check_int("shards", shards, 1, MAX_SHARDS)
+        self._shards = shard_keys(self.namespace, self.shard_count)  # shard 0 = the unsharded keys
+        self.keys: QueueKeys = self._shards[0]
+        self._turn = 0  # the shard claim_next and dispatch start from (rotates)
         self.lease_ttl = check_seconds("lease_ttl", lease_ttl)
         self.max_attempts = check_int("max_attempts", max_attempts, 1, 1000)
         self.max_stalls = check_int("max_stalls", max_stalls, 0, 1000)
@@ -113,12 +118,14 @@ class TaskQueue:
         self._scripts = ScriptSet(client, _HERE, wait=replica_wait(
             check_int("min_replicas", min_replicas, 0, 16),
             check_seconds("replica_timeout", replica_timeout, high=60)))
-        k = self.keys
-        self._keys = [k.tasks, k.ready_bands, k.delayed, k.inflight, k.running, k.dead, k.completed,
-                      k.seen, k.checkpoints, k.stats, k.wake, k.hist]
+        self._key_lists = [[k.tasks, k.ready_bands, k.delayed, k.inflight, k.running, k.dead, k.completed,
+                            k.seen, k.checkpoints, k.stats, k.wake, k.hist] for k in self._shards]
+        self._keys = self._key_lists[0]
+        self._layout_checked = shards is None  # an explicit count is checked at the first call
 
     @classmethod
     def from_url(cls, url: str, namespace: str = "default", **options: Any) -> TaskQueue:
+        options.setdefault("shards", Settings.one("shards"))
         return cls(redis_client(url), namespace, **options)
 
     @classmethod
@@ -127,11 +134,17 @@ class TaskQueue:
         return cls(client, namespace or settings.namespace, lease_ttl=settings.lease_ttl,
                    max_attempts=settings.max_attempts, max_stalls=settings.max_stalls,
                    default_task=settings.default_task, min_replicas=settings.min_replicas,
-                   replica_timeout=settings.replica_timeout)
+                   replica_timeout=settings.replica_timeout, shards=settings.shards)
 
-    def _run(self, script: str, *args: Any, keys: list[str] | None = None) -> Any:
-        """One script call (one round trip) on the shared KEYS layout; ARGV[1] is the key prefix."""
-        return getattr(self._scripts, script)(keys=keys or self._keys, args=[self.keys.prefix, *args])
+    def _run(self, script: str, *args: Any, keys: list[str] | None = None, shard: int = 0) -> Any:
+        """One script call (one round trip) on a shard's KEYS layout; ARGV[1] is its key prefix."""
+        self._ensure_layout()
+        return getattr(self._scripts, script)(keys=keys or self._key_lists[shard],
+                                              args=[self._shards[shard].prefix, *args])
+
+    def _rotation(self) -> list[int]:
+        self._turn += 1
+        return rotation(self.shard_count, self._turn)
 
     # ------------------------------------------------------------------ enqueue
     def enqueue(self, url: str, task: str | None = None, priority: int = 0,
@@ -173,14 +186,18 @@ class TaskQueue:
         created: dict[int, bool] = {}
         for start in range(0, len(rows), batch_size):
             pending = list(range(start, min(start + batch_size, len(rows))))
-            while pending:
-                codes = self._run("enqueue", *grouped([rows[i] for i in pending]))
-                if isinstance(codes, bytes):
-                    codes = codes.decode()
-                # One char per task: '1' new, '0' duplicate, '-' a random id met an existing one
-                # (astronomically rare): retried with a new id.
-                created.update((i, code == "1") for i, code in zip(pending, codes, strict=True))
-                pending = [i for i, code in zip(pending, codes, strict=True) if code == "-"]
+            while pending:  # one round trip per shard the batch touches
+                again: list[int] = []
+                for shard, at in by_shard([rows[i][0] for i in pending], self.shard_count).items():
+                    part = [pending[a] for a in at]
+                    codes = self._run("enqueue", *grouped([rows[i] for i in part]), shard=shard)
+                    if isinstance(codes, bytes):
+                        codes = codes.decode()
+                    # One char per task: '1' new, '0' duplicate, '-' a random id met an existing one
+                    # (astronomically rare): retried with a new id.
+                    created.update((i, code == "1") for i, code in zip(part, codes, strict=True))
+                    again += [i for i, code in zip(part, codes, strict=True) if code == "-"]
+                pending = again
                 for i in pending:
                     rows[i][0] = random_id()
         return [(row[0], created[i]) for i, row in enumerate(rows)]
@@ -194,7 +211,9 @@ class TaskQueue:
     def claim(self, task_id: str, worker: str, ttl: float | None = None) -> Lease | None:
         """Claim a queued or dispatched task; None when it is not claimable (running elsewhere,
         delayed, completed, dead or unknown) — a Celery message for it should then be dropped."""
-        return lease_from(self._run("claim", _task_id(task_id), _worker(worker), self._ttl_ms(ttl)), worker)
+        task_id = _task_id(task_id)
+        reply = self._run("claim", task_id, _worker(worker), self._ttl_ms(ttl), shard=self._of(task_id))
+        return lease_from(reply, worker)
 
     def claim_next(self, worker: str, ttl: float | None = None, wait: float = 0.0) -> Lease | None:
         """Claim the best queued task (highest priority, then FIFO); standalone mode, no Celery.
@@ -207,18 +226,24 @@ class TaskQueue:
         ttl_ms = self._ttl_ms(ttl)
         deadline = time.monotonic() + (0.0 if wait == 0 else check_seconds("wait", wait, low=0.0))
         while True:
-            lease = lease_from(self._run("claim_next", worker, ttl_ms, 100), worker)
-            if lease is not None:
-                return lease
+            for shard in self._rotation():
+                lease = lease_from(self._run("claim_next", worker, ttl_ms, 100, shard=shard), worker)
+                if lease is not None:
+                    return lease
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            self.client.blpop([self.keys.wake], timeout=max(0.01, min(remaining, 1.0)))
+            # One BLPOP over every shard's wake list; a cluster takes one slot per BLPOP, so there it
+            # waits on one shard (rotating) and re-checks every shard at least four times a second.
+            wakes = [k.wake for k in self._shards]
+            one = is_cluster_client(self.client) and len(wakes) > 1
+            self.client.blpop(wakes[self._turn % len(wakes):][:1] if one else wakes,
+                              timeout=max(0.01, min(remaining, 0.25 if one else 1.0)))
 
     def renew(self, lease: Lease, ttl: float | None = None) -> Lease:
         """Extend the lease; raise LeaseLost if it is no longer the task's current lease."""
         task_id, token = _held(lease)
-        expiry = self._run("renew", task_id, token, self._ttl_ms(ttl))
+        expiry = self._run("renew", task_id, token, self._ttl_ms(ttl), shard=self._of(task_id))
         if refused(expiry):
             raise_for(expiry, task_id, token)
         lease.expires_at = int(expiry) / 1000.0
@@ -228,7 +253,7 @@ class TaskQueue:
         """Store the task's resume point (JSON object, capped) under the lease."""
         task_id, token = _held(lease)
         text = dumps_capped("checkpoint", checkpoint, self.checkpoint_cap)
-        reply = self._run("checkpoint", task_id, token, text)
+        reply = self._run("checkpoint", task_id, token, text, shard=self._of(task_id))
         if refused(reply):
             raise_for(reply, task_id, token)
         lease.checkpoint = json.loads(text)
@@ -250,7 +275,9 @@ class TaskQueue:
                 raise InvalidInput(f"each item must be a (key, item) pair, got {type(pair).__name__}")
             key, item = pair
             args += [check_item_key(key), dumps_capped("item", item, MAX_ITEM_BYTES)]
-        added = self._run("commit", *args, keys=[*self._keys, self.keys.items, self.keys.item_log])
+        shard = self._of(task_id)
+        k = self._shards[shard]
+        added = self._run("commit", *args, keys=[*self._key_lists[shard], k.items, k.item_log], shard=shard)
         if refused(added):
             raise_for(added, task_id, token)
         if checkpoint is not None:
@@ -260,7 +287,8 @@ class TaskQueue:
     def complete(self, lease: Lease) -> None:
         """Mark the task completed (clears its checkpoint); LeaseLost if the lease is not current."""
         task_id, token = _held(lease)
-        reply = self._run("complete", task_id, token, self.history_max, int(self.history_age * 1000))
+        reply = self._run("complete", task_id, token, self.history_max, int(self.history_age * 1000),
+                          shard=self._of(task_id))
         if refused(reply):
             raise_for(reply, task_id, token)
 
@@ -271,18 +299,21 @@ class TaskQueue:
         raises LeaseLost (and changes nothing) if ``lease`` is not current."""
         task_id, token = _held(lease)
         worker = _worker(lease.worker if worker is None else worker)
-        reply = self._run("complete_next", task_id, token, self.history_max,
-                          int(self.history_age * 1000), worker, self._ttl_ms(ttl), 100)
+        reply = self._run("complete_next", task_id, token, self.history_max, int(self.history_age * 1000),
+                          worker, self._ttl_ms(ttl), 100, shard=self._of(task_id))
         if refused(reply):
             raise_for(reply, task_id, token)
-        return lease_from(reply[1], worker) if len(reply) > 1 else None
+        if len(reply) > 1:
+            return lease_from(reply[1], worker)
+        return self.claim_next(worker, ttl) if self.shard_count > 1 else None  # its shard is empty
 
     def fail(self, lease: Lease, error: str, retry: bool = True) -> str:
         """Record a failed attempt: 'retry' (back to delayed with backoff) or 'dead'; LeaseLost
         (nothing recorded) if the lease is not current."""
         task_id, token = _held(lease)
         reply = self._run("fail", task_id, token, clean_message(error, MAX_ERROR_CHARS),
-                          "1" if retry else "0", int(self.backoff_base * 1000), int(self.backoff_cap * 1000))
+                          "1" if retry else "0", int(self.backoff_base * 1000), int(self.backoff_cap * 1000),
+                          shard=self._of(task_id))
         if refused(reply):
             raise_for(reply, task_id, token)
         return str(reply[0])
@@ -301,7 +332,8 @@ class TaskQueue:
         if worker is not None:
             _worker(worker)
         reply = self._run("release", task_id, "" if token is None else token, worker or "",
-                          "1" if count_stall else "0", clean_message(reason, MAX_ERROR_CHARS))
+                          "1" if count_stall else "0", clean_message(reason, MAX_ERROR_CHARS),
+                          shard=self._of(task_id))
         return None if refused(reply) else _RELEASED.get(reply)
 
     def reclaim_expired(self, batch: int = 1000, max_batches: int = 100,
@@ -317,11 +349,13 @@ class TaskQueue:
         spare_from, spare_to = (0, 0) if spare is None else (
             check_int("spare start", spare[0], 0, 2**53), check_int("spare end", spare[1], 0, 2**53))
         total = 0
-        for _ in range(check_int("max_batches", max_batches, 1, 1_000_000)):
-            requeued, dead, more = self._run("reclaim", batch, spare_from, spare_to)
-            total += int(requeued) + int(dead)
-            if not int(more):
-                break
+        rounds = check_int("max_batches", max_batches, 1, 1_000_000)
+        for shard in range(self.shard_count):
+            for _ in range(rounds):
+                requeued, dead, more = self._run("reclaim", batch, spare_from, spare_to, shard=shard)
+                total += int(requeued) + int(dead)
+                if not int(more):
+                    break
         return total
 
     def dispatch(self, window: int, redispatch_after: float = 60.0, promote_limit: int = 1000
@@ -331,14 +365,17 @@ class TaskQueue:
         message may still be waiting, or lost). The caller sends one broker message for each."""
         window = check_int("window", window, 0, 1_000_000)
         after_ms = int(check_number("redispatch_after", redispatch_after, 0, 30 * 86_400, "seconds") * 1000)
-        return dispatched_from(self._run("dispatch", window, after_ms,
-                                         check_int("promote_limit", promote_limit, 1, MAX_BATCH)))
+        limit = check_int("promote_limit", promote_limit, 1, MAX_BATCH)
+        return dispatch_shards(self.client, self._shards,
+                               lambda shard, room: self._run("dispatch", room, after_ms, limit, shard=shard),
+                               window, next(iter(self._rotation())))
 
     def cancel(self, task_id: str, reason: str = "by the operator") -> str | None:
         """End a task as dead with ``cancelled: <reason>`` (redrive brings it back); a running one
         stops at its holder's next fenced write. Returns the state it left, or None when it had
         already finished (completed or dead); TaskNotFound for an unknown id."""
-        reply = self._run("cancel", _task_id(task_id), clean_message(reason, MAX_ERROR_CHARS))
+        task_id = _task_id(task_id)
+        reply = self._run("cancel", task_id, clean_message(reason, MAX_ERROR_CHARS), shard=self._of(task_id))
         if refused(reply):
             if reply == Refusal.UNKNOWN:
                 raise_for(reply, task_id, namespace=self.namespace)
@@ -346,15 +383,6 @@ class TaskQueue:
         return str(STATE_NAMES[str(reply)])
 
     # ------------------------------------------------------------------ dead letters
-    def dead(self, limit: int = 100, offset: int = 0) -> list[TaskInfo]:
-        """Dead tasks, oldest death first."""
-        limit = check_int("limit", limit, 0, 1_000_000)
-        offset = check_int("offset", offset, 0, 2**62)
-        if limit == 0:
-            return []
-        ids = self.client.zrange(self.keys.dead, offset, offset + limit - 1)
-        return [t for t in self._infos(ids) if t is not None]
-
     def redrive(self, task_id: str | None = None, batch: int = 1000) -> int:
         """Move one dead task (or all of them) back to the queue with attempts and stalls reset.
 
@@ -363,46 +391,18 @@ class TaskQueue:
         """
         batch = check_int("batch", batch, 1, MAX_BATCH)
         if task_id is not None:
-            moved = self._run("redrive", _task_id(task_id), 1)
+            task_id = _task_id(task_id)
+            moved = self._run("redrive", task_id, 1, shard=self._of(task_id))
             if refused(moved):
                 if moved == Refusal.UNKNOWN:
                     raise_for(moved, task_id, namespace=self.namespace)
                 return 0
             return int(moved)
         total = 0
-        while True:
-            moved = int(self._run("redrive", "", int(batch)))
-            total += moved
-            if moved < batch:
-                return total
-
-    # ------------------------------------------------------------------ reading
-    def _infos(self, ids: list[str]) -> list[TaskInfo | None]:
-        if not ids:
-            return []
-        raws = self.client.hmget(self.keys.tasks, ids)
-        return [TaskInfo.parse(i, raw) if raw else None for i, raw in zip(ids, raws, strict=True)]
-
-    def get_many(self, task_ids: list[str]) -> list[TaskInfo | None]:
-        """Snapshots of many tasks in one round trip (None for unknown or trimmed ids)."""
-        return self._infos([_task_id(i) for i in iter_many("task ids", task_ids)])
-
-    def get(self, task_id: str) -> TaskInfo:
-        """Snapshot of one task; TaskNotFound if the id is unknown (or its history was trimmed)."""
-        info = self._infos([_task_id(task_id)])[0]
-        if info is None:
-            raise_for(Refusal.UNKNOWN, task_id, namespace=self.namespace)
-        return info
-
-    def checkpoint(self, task_id: str) -> dict[str, Any] | None:
-        """The task's saved resume point, or None (never saved, or dropped when the task completed)."""
-        raw = self.client.hget(self.keys.checkpoints, _task_id(task_id))
-        return json.loads(raw) if raw else None
-
-    def stats(self) -> dict[str, int]:
-        """Counts per state plus lifetime counters, read in two round trips."""
-        return queue_stats(self.client, self.keys)
-
-    def ready_ids(self) -> list[str]:
-        """Every queued id in claim order (for tests and tooling; O(queued))."""
-        return ready_ids(self.client, self.keys)
+        for shard in range(self.shard_count):
+            while True:
+                moved = int(self._run("redrive", "", int(batch), shard=shard))
+                total += moved
+                if moved < batch:
+                    break
+        return total

@@ -18,6 +18,7 @@ from celery_ha.redisio.clock import redis_now_ms
 from celery_ha.redisio.scripts import eval_script
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.records import TaskInfo
+from celery_ha.state.shards import namespace_keys
 
 _SCRIPTS_DIR = Path(__file__).parent
 
@@ -105,17 +106,17 @@ def known_task_names(client: redis.Redis, namespace: str, max_age: float) -> set
 
 def running_by_worker(client: redis.Redis, namespace: str, limit: int = 10_000) -> dict[str, list[str]]:
     """Running task ids grouped by the lease holder recorded in each task."""
-    keys = QueueKeys(namespace)
-    ids = client.zrange(keys.running, 0, limit - 1)
     out: dict[str, list[str]] = defaultdict(list)
-    if not ids:
-        return {}
-    for tid, raw in zip(ids, client.hmget(keys.tasks, ids), strict=True):
-        if not raw:
+    for keys in namespace_keys(client, namespace):  # every shard of a sharded namespace
+        ids = client.zrange(keys.running, 0, limit - 1)
+        if not ids:
             continue
-        info = TaskInfo.parse(tid, raw)
-        if info.state == "running" and info.worker:
-            out[info.worker].append(tid)
+        for tid, raw in zip(ids, client.hmget(keys.tasks, ids), strict=True):
+            if not raw:
+                continue
+            info = TaskInfo.parse(tid, raw)
+            if info.state == "running" and info.worker:
+                out[info.worker].append(tid)
     return dict(out)
 
 

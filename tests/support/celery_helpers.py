@@ -23,7 +23,7 @@ from celery_ha.base.settings import Settings
 from celery_ha.integration.broker import kombu_broker
 from celery_ha.integration.pump import pump
 from celery_ha.integration.queues import broker_queue
-from celery_ha.redisio.client import redis_client
+from celery_ha.redisio.client import is_redis_url, redis_client
 from celery_ha.state import TaskQueue
 from celery_ha.state.worker_registry import list_workers
 from tests.support.polling import wait_until
@@ -53,8 +53,10 @@ class Cluster:
         self.tmp = tmp
         self.sentinel_master = str(env.get("CELERY_HA_SENTINEL_MASTER", "")) or None
         self.r = redis_client(self.state_url, sentinel_master=self.sentinel_master)
-        self.broker = redis_client(self.broker_url, sentinel_master=self.sentinel_master)
-        if broker_of is None:
+        # None for a broker that is not Redis (RabbitMQ): a fresh namespace has fresh queues there.
+        self.broker = redis_client(self.broker_url, sentinel_master=self.sentinel_master) \
+            if is_redis_url(self.broker_url) else None
+        if broker_of is None and self.broker is not None:
             self.broker.flushdb()
         self.env = {
             "CELERY_HA_REDIS_URL": self.state_url,
@@ -120,7 +122,8 @@ class Cluster:
         if self._app is not None:
             self._app.close()
         self.r.close()
-        self.broker.close()
+        if self.broker is not None:
+            self.broker.close()
 
     # ------------------------------------------------------------------ client side
     @property

@@ -1,0 +1,58 @@
+"""A crawl with real Celery workers whose state lives on a 3-master Redis Cluster, sharded over 3 tags.
+
+The broker is a database of the plain session Redis (Celery's Redis transport has no cluster support);
+every task, lease, checkpoint and item is on the cluster (``CELERY_HA_REDIS_URL=redis+cluster://…``,
+``CELERY_HA_SHARDS=3``: each master holds a shard). A pool child is SIGKILLed mid-crawl: the crawl
+still ends with every item stored exactly once; beat sweeps on the cluster meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from celery_ha.state import TaskQueue
+from celery_ha.state.sink import count_items, iter_items
+from tests.support.celery_helpers import wait_for
+from tests.support.redis_cluster import RedisClusterGroup
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_crawl_on_a_cluster_survives_a_killed_child_exactly_once(
+        make_cluster, site, cluster_url: str, redis_cluster: RedisClusterGroup) -> None:
+    site.total, site.page_size = 100, 5  # 20 list pages, 100 detail pages
+    site.delays["/case/"] = 0.02
+    cluster = make_cluster(state_url=cluster_url, CELERY_HA_LEASE_TTL="5", CELERY_HA_HEARTBEAT_INTERVAL="1",
+                           CELERY_HA_SHARDS="3")
+    cluster.q = TaskQueue(cluster.r, cluster.namespace, lease_ttl=5, shards=3)
+    cluster.worker("w1", concurrency=2)
+    cluster.worker("w2", concurrency=2)
+    cluster.beat()  # its sweep (locks, reclaim, pump) runs on the cluster too
+    tid = cluster.q.enqueue(site.list_url(), task="crawl_list", priority=5)
+    cluster.pump()
+    wait_for(lambda: cluster.q.stats()["completed"] >= 10, timeout=60, message="ten pages done")
+    running = [w for w in cluster.q.get_many([tid]) if w is not None and w.state == "running"]
+    victim = running[0].worker if running else None
+    if victim is None:  # the list is done already: kill a child holding a detail page
+        victim = wait_for(lambda: next((t.worker for t in _running(cluster)), None), timeout=20,
+                          message="a running detail page")
+    os.kill(int(victim.rsplit(":", 1)[1]), signal.SIGKILL)
+    wait_for(lambda: cluster.q.stats()["completed"] == 101, timeout=90, message="every page")
+
+    keys = [k for k, _ in iter_items(cluster.r, cluster.namespace, with_keys=True)]
+    assert len(keys) == len(set(keys)) == count_items(cluster.r, cluster.namespace) == 200
+    stats = cluster.q.stats()
+    assert stats["dead"] == 0 and stats["queued"] == stats["running"] == 0
+    assert stats["reclaimed"] + stats["released"] >= 1  # the killed child's task went back
+    per_node = redis_cluster.keys_per_node(f"cha:{{{cluster.namespace}*")
+    assert all(n > 0 for n in per_node), per_node  # every master holds a shard of the crawl
+    assert not list(cluster.broker.scan_iter(match="cha:*"))  # the broker database holds no state
+    wait_for(lambda: cluster.r.hget(cluster.q.keys.meta, "last_sweep"), timeout=20, message="a sweep")
+
+
+def _running(cluster):
+    ids = [tid for k in cluster.q.shard_keys() for tid in cluster.r.zrange(k.running, 0, -1)]
+    return [t for t in cluster.q.get_many(ids) if t is not None]

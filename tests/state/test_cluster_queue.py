@@ -1,0 +1,44 @@
+"""The queue suite again, on a real 3-master Redis Cluster (``redis+cluster://``).
+
+Every test of ``test_queue.py`` and ``test_cancel.py`` runs here unchanged: the fixtures below hand them
+the cluster's URL and a cluster client, so each transition, fence, refusal and raw-state assertion is
+checked where every script must route on its keys' slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from redis.cluster import RedisCluster
+
+from celery_ha.state import TaskQueue
+from tests.state.test_cancel import *  # noqa: F403  (the tests and their fixtures, collected here again)
+from tests.state.test_queue import *  # noqa: F403
+from tests.state.test_queue import CountingConnection
+from tests.support.redis_cluster import RedisClusterGroup
+
+
+@pytest.fixture
+def redis_url(cluster_url: str) -> str:
+    return cluster_url
+
+
+@pytest.fixture
+def r(cluster_url: str, redis_cluster: RedisClusterGroup) -> Iterator[RedisCluster]:
+    client = redis_cluster.client()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def counted(cluster_url: str, redis_cluster: RedisClusterGroup) -> TaskQueue:
+    """A cluster queue whose writes are counted (redis-py builds node pools with a connection class
+    only on its from_url path)."""
+    client = RedisCluster.from_url(f"redis://127.0.0.1:{redis_cluster.nodes[0].port}", decode_responses=True,
+                                   connection_class=CountingConnection)
+    queue = TaskQueue(client)
+    for script in queue._scripts._scripts.values():
+        client.script_load(script.script)
+    CountingConnection.writes = 0
+    return queue

@@ -77,33 +77,50 @@ def latency(histograms: dict[str, dict[str, Histogram]]) -> dict[str, Any]:
     return out
 
 
-def throughput(client: redis.Redis, namespace: str, now_ms: int, completed_total: int) -> dict[str, Any]:
-    """Completions and deaths per BUCKET seconds over the last SPAN seconds (one round trip).
+def throughput(client: redis.Redis, shards: list[QueueKeys], now_ms: int, completed_total: int
+               ) -> dict[str, Any]:
+    """Completions and deaths per BUCKET seconds over the last SPAN seconds, summed over the
+    namespace's shards (one pipelined round trip).
 
-    The completed history is bounded (``history_max``): when it was trimmed, the buckets older than its
-    first record are not covered and ``covered_since`` says from when the counts are complete.
+    The completed history is bounded (``history_max``, per shard): when it was trimmed, the buckets
+    older than its first record are not covered and ``covered_since`` says from when the counts are
+    complete.
     """
-    k = QueueKeys(namespace)
     end = now_ms - now_ms % (BUCKET * 1000) + BUCKET * 1000
     starts = [end - (i + 1) * BUCKET * 1000 for i in reversed(range(SPAN // BUCKET))]
     pipe = client.pipeline(transaction=False)
-    for start in starts:
-        pipe.zcount(k.completed, start, f"({start + BUCKET * 1000}")
-        pipe.zcount(k.dead, start * 1000, f"({(start + BUCKET * 1000) * 1000}")
-    pipe.zrange(k.completed, 0, 0, withscores=True)
-    pipe.zcard(k.completed)
-    *counts, first, held = pipe.execute()
-    covered = None
-    if first and held < completed_total:
-        covered = int(first[0][1]) / 1000
-    series = [{"t": start / 1000, "completed": counts[2 * i], "dead": counts[2 * i + 1]}
+    for k in shards:
+        for start in starts:
+            pipe.zcount(k.completed, start, f"({start + BUCKET * 1000}")
+            pipe.zcount(k.dead, start * 1000, f"({(start + BUCKET * 1000) * 1000}")
+        pipe.zrange(k.completed, 0, 0, withscores=True)
+        pipe.zcard(k.completed)
+    replies = pipe.execute()
+    per_shard = 2 * len(starts) + 2
+    completed = [0] * len(starts)
+    dead = [0] * len(starts)
+    firsts: list[float] = []
+    held = 0
+    for n in range(len(shards)):
+        *counts, first, shard_held = replies[n * per_shard:(n + 1) * per_shard]
+        for i in range(len(starts)):
+            completed[i] += counts[2 * i]
+            dead[i] += counts[2 * i + 1]
+        if first:
+            firsts.append(float(first[0][1]))
+        held += shard_held
+    covered = max(firsts) / 1000 if firsts and held < completed_total else None
+    series = [{"t": start / 1000, "completed": completed[i], "dead": dead[i]}
               for i, start in enumerate(starts)]
     return {"bucket_seconds": BUCKET, "series": series, "covered_since": covered}
 
 
 def dead_letters(reader: Reader) -> list[dict[str, Any]]:
-    client, k = reader.client, reader.queue.keys
-    ids = client.zrevrange(k.dead, 0, DEAD_SHOWN - 1, withscores=True)
+    pipe = reader.client.pipeline(transaction=False)
+    for k in reader.queue.shard_keys():
+        pipe.zrevrange(k.dead, 0, DEAD_SHOWN - 1, withscores=True)
+    newest = sorted((pair for shard in pipe.execute() for pair in shard), key=lambda p: -p[1])
+    ids = newest[:DEAD_SHOWN]  # the newest deaths of the whole namespace
     infos = reader.queue.get_many([tid for tid, _ in ids])
     out = []
     for (tid, score), info in zip(ids, infos, strict=True):
@@ -140,7 +157,8 @@ def dashboard(reader: Reader) -> dict[str, Any]:
         "oldest_queued_seconds": (None if m.oldest_ready_ms is None
                                   else (m.now_ms - m.oldest_ready_ms) / 1000),
         "latency": latency(m.histograms),
-        "throughput": throughput(reader.client, reader.namespace, m.now_ms, int(stats["completed"])),
+        "throughput": throughput(reader.client, reader.queue.shard_keys(), m.now_ms,
+                                 int(stats["completed"])),
         "workers": workers(reader),
         "workers_alive": len(m.alive_workers(reader.worker_max_age)),
         "dead": dead_letters(reader),

@@ -16,7 +16,6 @@ from typing import Any
 import redis
 
 from celery_ha.state import TaskQueue
-from celery_ha.state.keys import QueueKeys
 from celery_ha.state.sink import iter_items
 
 _CASE_URL = re.compile(r"/case/(\d+)$")
@@ -59,8 +58,8 @@ def verify(client: redis.Redis, queue: TaskQueue, namespace: str, site_url: str,
             result.unexpected.append(key)
     result.detail_items = sum(detail.values())
     result.list_items = sum(listed.values())
-    keys = QueueKeys(namespace)
-    result.log_mismatch = abs(int(client.llen(keys.item_log)) - int(client.hlen(keys.items)))
+    result.log_mismatch = sum(abs(int(client.llen(k.item_log)) - int(client.hlen(k.items)))
+                              for k in queue.shard_keys())
     dead = queue.dead(limit=100_000)
     result.dead = {t.url: t.error or "?" for t in dead}
     dead_cases = {int(m.group(1)) for t in dead if (m := _CASE_URL.search(t.url))}

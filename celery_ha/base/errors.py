@@ -30,7 +30,15 @@ class LeaseLost(CeleryHAError):
     """The caller's lease is no longer current: the task was reclaimed, re-claimed or finished.
 
     A holder that gets this must stop touching the task at once; nothing it writes is accepted.
+    ``code`` is the script's refusal code (``celery_ha.state.replies.Refusal``) when the state layer
+    refused a write, ``reason`` the same in words; both are None for a lease given up locally (a
+    renewal that kept failing).
     """
+
+    def __init__(self, message: str, *, code: int | None = None, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
 
 
 class ConfigurationError(CeleryHAError):

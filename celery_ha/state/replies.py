@@ -64,7 +64,8 @@ def raise_for(code: int, task_id: str, token: int | None = None, *, namespace: s
     (a claim of a running task, a release of a task no longer held), so raising for one is a bug.
     """
     if token is not None:
-        raise LeaseLost(f"lease on task {task_id} (token {token}) is lost: {reason(code)}")
+        why = reason(code)
+        raise LeaseLost(f"lease on task {task_id} (token {token}) is lost: {why}", code=int(code), reason=why)
     if code == Refusal.UNKNOWN:
         raise TaskNotFound(f"no task {task_id!r} in namespace {namespace!r}")
     raise ValueError(f"refusal {code} of task {task_id!r} ({reason(code)}) is no error without a lease")

@@ -7,6 +7,7 @@ import redis
 
 from celery_ha.base.errors import LeaseLost, TaskNotFound
 from celery_ha.state import TaskQueue
+from celery_ha.state.replies import Refusal
 from tests.support.invariants import check_invariants
 
 
@@ -34,8 +35,9 @@ def test_cancel_from_every_unfinished_state(q: TaskQueue, r: redis.Redis) -> Non
         0, 0, 0, 0, 4)
     assert stats["cancelled"] == 4
     check_invariants(r, q)
-    with pytest.raises(LeaseLost):  # the holder's next fenced write is refused
+    with pytest.raises(LeaseLost) as lost:  # the holder's next fenced write is refused, saying why
         q.save_checkpoint(held, {"page": 2})
+    assert lost.value.code == Refusal.DEAD and lost.value.reason and lost.value.reason in str(lost.value)
     assert q.claim(dispatched, "w:3") is None  # its message is dropped by the claim
     assert q.redrive(queued) == 1 and q.get(queued).state == "queued"
 

@@ -4,7 +4,8 @@
 
 * a regular file (or a new one) is written atomically: a temporary file next to the *final* target
   (symlinks resolved, so a link stays a link), fsynced, then renamed over it. An existing file keeps
-  its mode (and, where permitted, its owner); a new one gets ``0666 & ~umask``.
+  its mode (and, where permitted, its owner); a new one gets ``0666 & ~umask``. A file with other
+  hard links is rewritten in place instead (a rename would split it from them), not atomically.
 * a FIFO, a device (``/dev/null``, a tty) or an open descriptor (``/dev/stdout``, ``/dev/fd/N``,
   ``/proc/self/fd/N``) is opened and written to, never replaced; our own descriptors are written
   through a duplicate, so ``>> log`` keeps appending and nothing is truncated.
@@ -122,6 +123,10 @@ def open_output(output: str) -> Output:
         st = None
     if target.descriptor or (st is not None and not stat.S_ISREG(st.st_mode)):
         return Output(open(output, "w", encoding="utf-8"))  # closed by Output.close
+    if st is not None and st.st_nlink > 1:
+        # A file with other hard links: a rename would detach this name from them, so it is
+        # rewritten in place (not atomic: an interrupted export leaves it partly written).
+        return Output(open(target.path, "w", encoding="utf-8"))
     directory, name = os.path.split(target.path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=directory)

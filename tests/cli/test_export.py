@@ -261,3 +261,14 @@ def test_csv_with_inferred_and_named_columns(redis_url: str, q: TaskQueue, tmp_p
     assert list(csv.reader(io.StringIO(target.read_text()))) == [
         ["n", "title"], ["1", 'Ü, "quoted"'], ["2", ""], ["", "line\nbreak"]]
     assert "exported 3 item(s)" in result.stderr
+
+
+def test_a_hard_linked_file_keeps_its_links(redis_url: str, q: TaskQueue, tmp_path: Path) -> None:
+    expected = emit(q, pages=1, per_page=3)
+    target, other = tmp_path / "items.jsonl", tmp_path / "same-items.jsonl"
+    target.write_text("old\n")
+    os.link(target, other)
+    result = export(redis_url, "--output", str(target))
+    assert result.exit_code == 0, result.output
+    assert target.read_text() == other.read_text() == jsonl(expected)
+    assert os.stat(target).st_ino == os.stat(other).st_ino

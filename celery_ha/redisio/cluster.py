@@ -23,12 +23,12 @@ from redis.exceptions import RedisClusterException
 
 from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.masking import mask_url
+from celery_ha.redisio.tls import tls_query_options
 
 SCHEMES = ("redis+cluster", "rediss+cluster")
 DEFAULT_PORT = 6379
 #: Seconds a command may wait for a node: a paused node surfaces as an error, not a hang.
 SOCKET_TIMEOUT = 10.0
-TLS_OPTIONS = ("ssl_ca_certs", "ssl_cert_reqs", "ssl_certfile", "ssl_keyfile")
 
 
 def is_cluster_url(url: str) -> bool:
@@ -98,15 +98,7 @@ def parse_cluster_url(url: str) -> ClusterURL:
     path = parts.path.strip("/")
     if path not in ("", "0"):
         raise ConfigurationError(f"bad Redis Cluster URL {where!r}: a cluster has only database 0")
-    options: dict[str, str] = {}
-    for name, values in parse_qs(parts.query).items():
-        if name not in TLS_OPTIONS:
-            raise ConfigurationError(f"bad Redis Cluster URL {where!r}: unknown option {name!r} "
-                                     f"(known: {', '.join(TLS_OPTIONS)})")
-        if name == "ssl_cert_reqs" and values[0] not in ("required", "optional", "none"):
-            raise ConfigurationError(f"bad Redis Cluster URL {where!r}: ssl_cert_reqs must be required, "
-                                     "optional or none")
-        options[name] = values[0]
+    options = tls_query_options(parse_qs(parts.query), f"bad Redis Cluster URL {where!r}")
     ssl = scheme == "rediss+cluster"
     if options and not ssl:
         raise ConfigurationError(f"bad Redis Cluster URL {where!r}: TLS options need rediss+cluster://")

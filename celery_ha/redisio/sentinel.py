@@ -22,6 +22,7 @@ from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelConnectionP
 
 from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.masking import mask_url
+from celery_ha.redisio.tls import tls_query_options
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,6 @@ DEFAULT_PORT = 26379
 SOCKET_TIMEOUT = 10.0
 SENTINEL_TIMEOUT = 2.0
 #: TLS options a sentinel:// URL may carry (query parameters, as redis-py reads them on rediss://).
-TLS_OPTIONS = ("ssl_ca_certs", "ssl_cert_reqs", "ssl_certfile", "ssl_keyfile")
 
 
 def is_sentinel_url(url: str) -> bool:
@@ -84,14 +84,7 @@ def parse_sentinel_url(url: str) -> SentinelURL:
         query = parse_qs(parts.query)
         part_ssl = query.pop("ssl", ["false"])[0].lower() in ("1", "true", "yes")
         ssl = ssl or part_ssl
-        for name, values in query.items():
-            if name not in TLS_OPTIONS:
-                raise ConfigurationError(f"bad Sentinel URL {where!r}: unknown option {name!r} "
-                                         f"(known: ssl, {', '.join(TLS_OPTIONS)})")
-            if name == "ssl_cert_reqs" and values[0] not in ("required", "optional", "none"):
-                raise ConfigurationError(f"bad Sentinel URL {where!r}: ssl_cert_reqs must be required, "
-                                         "optional or none")
-            ssl_options[name] = values[0]
+        ssl_options.update(tls_query_options(query, f"bad Sentinel URL {where!r}", also_known=("ssl",)))
     if not hosts:
         raise ConfigurationError(f"bad Sentinel URL {where!r}: no sentinel named")
     if len(dbs) > 1:

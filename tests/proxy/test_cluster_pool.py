@@ -7,28 +7,17 @@ cluster client, and its ``make_pool`` helper builds its pool on the cluster, so 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from redis.cluster import RedisCluster
 
 from celery_ha.proxy import PoolConfig, ProxyPool
 from celery_ha.redisio.client import redis_client
 from tests.proxy import test_pool
 from tests.proxy.test_pool import *  # noqa: F403  (the tests, collected here again)
-from tests.support.redis_cluster import RedisClusterGroup
-
-
-@pytest.fixture
-def redis_url(cluster_url: str) -> str:
-    return cluster_url
-
-
-@pytest.fixture
-def r(cluster_url: str, redis_cluster: RedisClusterGroup) -> Iterator[RedisCluster]:
-    client = redis_cluster.client()
-    yield client
-    client.close()
+from tests.support.redis_cluster import (  # noqa: F401  (the fixtures redis_url and r, on the cluster)
+    RedisClusterGroup,
+    r_on_the_cluster,
+    redis_url_on_the_cluster,
+)
 
 
 @pytest.fixture(autouse=True)

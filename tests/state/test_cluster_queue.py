@@ -7,8 +7,6 @@ checked where every script must route on its keys' slot.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from redis.cluster import RedisCluster
 
@@ -16,19 +14,11 @@ from celery_ha.state import TaskQueue
 from tests.state.test_cancel import *  # noqa: F403  (the tests and their fixtures, collected here again)
 from tests.state.test_queue import *  # noqa: F403
 from tests.state.test_queue import CountingConnection
-from tests.support.redis_cluster import RedisClusterGroup
-
-
-@pytest.fixture
-def redis_url(cluster_url: str) -> str:
-    return cluster_url
-
-
-@pytest.fixture
-def r(cluster_url: str, redis_cluster: RedisClusterGroup) -> Iterator[RedisCluster]:
-    client = redis_cluster.client()
-    yield client
-    client.close()
+from tests.support.redis_cluster import (  # noqa: F401  (the fixtures redis_url and r, on the cluster)
+    RedisClusterGroup,
+    r_on_the_cluster,
+    redis_url_on_the_cluster,
+)
 
 
 @pytest.fixture

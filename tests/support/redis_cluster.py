@@ -162,6 +162,20 @@ def cluster_url(redis_cluster: RedisClusterGroup) -> str:
     return redis_cluster.url
 
 
+@pytest.fixture(name="redis_url")
+def redis_url_on_the_cluster(cluster_url: str) -> str:
+    """Import into a test module to run its ``redis_url`` tests on the cluster."""
+    return cluster_url
+
+
+@pytest.fixture(name="r")
+def r_on_the_cluster(cluster_url: str, redis_cluster: RedisClusterGroup) -> Iterator[RedisCluster]:
+    """Import into a test module to hand its ``r`` tests a cluster client."""
+    client = redis_cluster.client()
+    yield client
+    client.close()
+
+
 def node_ids(group: RedisClusterGroup) -> list[str]:
     """The cluster id of each master, in node order."""
     return [group.node_client(n).cluster("myid") for n in range(len(group.nodes))]

@@ -12,6 +12,7 @@ from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.settings import Settings
 from celery_ha.proxy import ProxyPool
 from celery_ha.redisio.client import redis_client
+from celery_ha.redisio.clock import redis_now_ms
 from celery_ha.state import TaskQueue
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.listing import list_tasks
@@ -20,6 +21,7 @@ from celery_ha.state.replay import enqueue_if_absent
 from celery_ha.state.shards import shard_of, shard_tags
 from celery_ha.state.sink import count_items, iter_items
 from celery_ha.state.worker_registry import heartbeat, running_by_worker
+from tests.support.polling import wait_until
 from tests.support.redis_cluster import RedisClusterGroup
 
 URLS = [f"https://example.com/page/{i}" for i in range(30_000)]
@@ -116,7 +118,8 @@ def test_reclaim_covers_every_shard(redis_url: str, r: redis.Redis) -> None:
     q.enqueue_many(URLS[:9])
     leases = [q.claim_next("w", ttl=0.001) for _ in range(9)]
     assert {shard_of(lease.task_id, 3) for lease in leases if lease} == {0, 1, 2}
-    r.execute_command("DEBUG", "SLEEP", "0.01")  # the Redis clock moves past every lease
+    last = max(lease.expires_at for lease in leases if lease) * 1000
+    wait_until(lambda: redis_now_ms(r) > last, timeout=5, what="the Redis clock past every lease")
     assert q.reclaim_expired() == 9 and q.stats()["queued"] == 9
 
 

@@ -28,6 +28,7 @@ def test_broker_restarted_empty_resumes_within_seconds(make_cluster, site, broke
                            CELERY_HA_WINDOW="4", CELERY_HA_LEASE_TTL="10", CELERY_HA_HEARTBEAT_INTERVAL="1")
     site.delays["/case/"] = 0.3
     worker = cluster.worker("w1", concurrency=2)
+    beat = cluster.beat()  # as in production: its sweeps (run by the workers) check the broker's marker
     ids = cluster.q.enqueue_many([site.case_url(n) for n in range(24)])
     cluster.pump()
     wait_for(lambda: cluster.q.stats()["completed"] >= 4, timeout=30, message="4 pages before the loss")
@@ -48,4 +49,5 @@ def test_broker_restarted_empty_resumes_within_seconds(make_cluster, site, broke
               "after its return")
     finally:
         cluster.kill_group(worker)
+        cluster.kill_group(beat)
         restarted.stop()

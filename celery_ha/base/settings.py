@@ -13,7 +13,7 @@ from typing import Any
 
 from celery_ha.base.errors import ConfigurationError, InvalidInput
 from celery_ha.base.masking import mask_url
-from celery_ha.base.validation import check_namespace, check_task_name, parse_rate
+from celery_ha.base.validation import check_namespace, check_task_name, parse_duration, parse_rate
 
 
 def _django_setting(name: str) -> Any:
@@ -92,6 +92,13 @@ def _batch(name: str, text: str) -> dict[str, int]:
     return sizes
 
 
+def _expiry(name: str, text: str) -> float | None:
+    """A duration (``"7d"``, ``"3600"``), or ``never`` (also ``forever``, ``off``) -> None."""
+    if text.strip().lower() in ("never", "forever", "off"):
+        return None
+    return _checked(parse_duration)(name, text)
+
+
 def _text(name: str, text: str) -> str:
     return text
 
@@ -149,6 +156,7 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "batch": ("CELERY_HA_BATCH", _batch),
     "web_auth": ("CELERY_HA_WEB_AUTH", _text),
     "shards": ("CELERY_HA_SHARDS", _number(int, 1, 1024)),
+    "dedup_ttl": ("CELERY_HA_DEDUP_TTL", _expiry),
 }
 
 
@@ -195,6 +203,9 @@ class Settings:
     web_auth: str = field(default="", repr=False)
     # CELERY_HA_SHARDS: hash tags one namespace's tasks spread over (1 = one tag, one cluster slot)
     shards: int = 1
+    # CELERY_HA_DEDUP_TTL, "7d": how long a finished URL stays a duplicate (later, enqueueing it
+    # again crawls it again; the sweep forgets older ids); None ("never") = forever
+    dedup_ttl: float | None = None
 
     def batch_size(self, task: str) -> int:
         """Ids one Celery message of ``task`` carries (``CELERY_HA_BATCH``; 1 when unset)."""

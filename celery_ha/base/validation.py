@@ -203,6 +203,27 @@ def parse_rate(rate: object, what: str = "rate") -> tuple[int, float]:
     return n, w
 
 
+_DURATION = re.compile(r"\s*([0-9]{1,12}(?:\.[0-9]{1,9})?)\s*([smhdw]?)\s*", re.IGNORECASE)
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+#: Longest age or expiry an operator may give (ten years): a longer one is a typo, not a policy.
+MAX_DURATION_SECONDS = 10 * 365 * 86400
+
+
+def parse_duration(text: object, what: str = "duration") -> float:
+    """``"90"``, ``"90s"``, ``"15m"``, ``"6h"``, ``"7d"``, ``"2w"`` (or a number of seconds) -> seconds.
+    Operators write ages and expiries in the unit they think in; a number alone means seconds."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return check_number(what, text, 0, MAX_DURATION_SECONDS, unit="seconds")
+    m = _DURATION.fullmatch(text) if isinstance(text, str) else None
+    if not m:
+        raise InvalidInput(f"bad {what} {shown(text)}: expected a number with an optional unit "
+                           "s, m, h, d or w, such as '90s', '15m' or '7d'")
+    seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2).lower()]
+    if seconds > MAX_DURATION_SECONDS:
+        raise InvalidInput(f"bad {what} {shown(text)}: at most ten years")
+    return seconds
+
+
 #: Longest lease a caller may ask for (seconds): a week, far beyond any crawl step.
 MAX_LEASE_SECONDS = 7 * 86400
 

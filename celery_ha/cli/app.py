@@ -89,6 +89,7 @@ def _register() -> None:
         export_cmd,
         proxies_cmd,
         purge_cmd,
+        recrawl_cmd,
         redis_cmd,
         stats_cmd,
         task_cmd,
@@ -99,7 +100,7 @@ def _register() -> None:
     )
 
     for module in (demo_cmd, up_cmd, enqueue_cmd, stats_cmd, task_cmd, tasks_cmd, dead_cmd, proxies_cmd,
-                   export_cmd, workers_cmd, purge_cmd, redis_cmd, web_cmd):
+                   export_cmd, workers_cmd, purge_cmd, recrawl_cmd, redis_cmd, web_cmd):
         main.add_command(module.command)
     for command in (control_cmd.cancel, control_cmd.pause_command, control_cmd.resume_command):
         main.add_command(command)

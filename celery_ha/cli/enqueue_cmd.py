@@ -8,7 +8,7 @@ from typing import IO, Any
 import click
 
 from celery_ha.base.errors import InvalidInput
-from celery_ha.base.validation import PRIORITY_RANGE, check_task_name, check_url
+from celery_ha.base.validation import PRIORITY_RANGE, check_task_name, check_url, parse_duration
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.cli.pump_hint import kick_pump
 from celery_ha.cli.render import echo_json, read_lines, stream_name
@@ -42,6 +42,9 @@ def _meta(text: str | None) -> dict[str, Any] | None:
               help="Higher runs first.")
 @click.option("--meta", "meta_json", metavar="JSON", help="JSON object stored with every task (ctx.meta).")
 @click.option("--no-dedup", is_flag=True, help="Queue even if the same task+URL was queued before.")
+@click.option("--recrawl-after", metavar="AGE",
+              help="A task+URL that finished at least AGE ago (90s, 15m, 6h, 7d) is queued again instead "
+                   "of counting as a duplicate. Default: CELERY_HA_DEDUP_TTL (unset: never).")
 @click.option("--max-attempts", type=click.IntRange(1, 1000), help="Failures before a task goes to dead.")
 @click.option("--batch-size", type=click.IntRange(1, 10_000), default=1000, show_default=True,
               help="URLs per Redis round trip.")
@@ -51,12 +54,13 @@ def _meta(text: str | None) -> dict[str, Any] | None:
 @pass_cli
 def command(obj: CLIContext, urls: tuple[str, ...], source: IO[bytes] | None, task: str,
             allow_unknown_task: bool, priority: int,
-            meta_json: str | None, no_dedup: bool, max_attempts: int | None, batch_size: int, pump: bool,
-            as_json: bool) -> None:
+            meta_json: str | None, no_dedup: bool, recrawl_after: str | None, max_attempts: int | None,
+            batch_size: int, pump: bool, as_json: bool) -> None:
     """Queue URLs for crawling: `enqueue URL...` or `enqueue -f FILE`.
 
     Every URL is checked before anything is written (a bad line names its number and nothing is
-    queued). With dedup (the default) a task+URL already known is counted as a duplicate.
+    queued). With dedup (the default) a task+URL already known is counted as a duplicate; one that
+    finished longer ago than --recrawl-after (or CELERY_HA_DEDUP_TTL) is queued again and counted new.
     """
     if not urls and source is None:
         raise click.UsageError("give URLs as arguments or a file with -f FILE (-f - reads stdin)")
@@ -70,6 +74,11 @@ def command(obj: CLIContext, urls: tuple[str, ...], source: IO[bytes] | None, ta
             raise click.BadParameter(f"the live workers of namespace {obj.namespace!r} do not run {task!r} "
                                      f"(they run {', '.join(sorted(known)) or 'nothing'}); "
                                      "--allow-unknown-task queues it anyway", param_hint="--task")
+    if recrawl_after is not None:
+        try:
+            parse_duration(recrawl_after, "age")
+        except InvalidInput as exc:
+            raise click.BadParameter(str(exc), param_hint="--recrawl-after") from None
     meta = _meta(meta_json)
     lines: list[tuple[str, str]] = [(f"argument {i}", u) for i, u in enumerate(urls, 1)]
     if source is not None:
@@ -86,7 +95,8 @@ def command(obj: CLIContext, urls: tuple[str, ...], source: IO[bytes] | None, ta
         batch = [u for _, u in lines[start:start + batch_size]]
         specs = [{"url": u, "task": task, "priority": priority, "meta": meta, "dedup": dedup,
                   "max_attempts": max_attempts} for u in batch]
-        results = obj.queue.enqueue_many_with_status(specs, batch_size=batch_size)
+        results = obj.queue.enqueue_many_with_status(specs, batch_size=batch_size,
+                                                     recrawl_after=recrawl_after)
         new += sum(1 for _, created in results if created)
     broker = obj.settings.broker_url or obj.redis_url
     kicked = bool(new and pump and kick_pump(obj.client, obj.namespace, broker, obj.settings,

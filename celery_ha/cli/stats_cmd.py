@@ -39,7 +39,7 @@ def _table(data: dict[str, Any], rate: float | None = None) -> Table:
     extra.add_column(style="bold")
     extra.add_column()
     for name in ("enqueued", "duplicates", "claimed", "failed", "retried", "reclaimed", "released",
-                 "redriven", "items_duplicate"):
+                 "redriven", "recrawled", "items_duplicate"):
         extra.add_row(name, str(data.get(name, 0)))
     if rate is not None:
         extra.add_row("rate", f"{rate:.1f} tasks/s")

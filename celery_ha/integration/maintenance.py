@@ -31,7 +31,8 @@ def last_sweep_age(rt: Services) -> float:
 
 
 def sweep(app: Any, rt: Services | None = None, source: str = "beat") -> dict[str, Any] | None:
-    """Reclaim expired leases, promote due retries, re-dispatch lost messages and refill the window.
+    """Reclaim expired leases, promote due retries, re-dispatch lost messages, refill the window and
+    forget dedup ids past their TTL.
 
     Returns a summary, or None when another process holds the sweep lock. Beat's messages carry no
     expiry (that would be judged by the clocks of beat and of the worker); instead a beat sweep that
@@ -56,11 +57,13 @@ def sweep(app: Any, rt: Services | None = None, source: str = "beat") -> dict[st
         now = redis_now_ms(rt.client)
         rt.client.hset(keys.meta, mapping={"last_sweep": now, "last_sweep_by": f"{source}:{rt.worker_name}"})
         prune(rt.client, s.namespace, older_than=max(60.0, 10 * s.lease_ttl))
+        forgotten = rt.queue.forget_finished()  # dedup ids past CELERY_HA_DEDUP_TTL, bounded per sweep
     if reclaimed:
         log.warning("sweep (%s): reclaimed %d expired lease(s), sent %d message(s)", source, reclaimed, sent)
     else:
         log.debug("sweep (%s): sent %d message(s)", source, sent)
-    return {"reclaimed": reclaimed, "sent": sent, "source": source, "broker_lost": broker_lost}
+    return {"reclaimed": reclaimed, "sent": sent, "source": source, "broker_lost": broker_lost,
+            "forgotten": forgotten}
 
 
 def dead_letter_summary(rt: Services | None = None, sample: int = 5) -> dict[str, Any] | None:

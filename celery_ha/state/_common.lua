@@ -7,7 +7,7 @@
     KEYS[5]  running   zset: leased tasks (score = lease expiry ms)
     KEYS[6]  dead      zset: dead tasks (score = time of death, us)
     KEYS[7]  completed zset: bounded history of completed tasks (score = completion ms)
-    KEYS[8]  seen      set: dedup ids of finished tasks
+    KEYS[8]  done      zset: dedup ids of finished tasks (score = completion ms)
     KEYS[9]  ckpt      hash: id -> checkpoint JSON
     KEYS[10] stats     hash: counters
     KEYS[11] wake      list: wake-up tokens for blocked claim_next callers
@@ -33,7 +33,7 @@
 --#include same_slot
 
 local K_TASKS, K_READYP, K_DELAYED, K_INFLIGHT = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local K_RUNNING, K_DEAD, K_COMPLETED, K_SEEN = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local K_RUNNING, K_DEAD, K_COMPLETED, K_DONE = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_CKPT, K_STATS, K_WAKE, K_HIST = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local PREFIX = ARGV[1]
 
@@ -289,7 +289,7 @@ end
 -- Complete a task under its lease. Returns true, or the refusal code of fenced() (nothing written).
 -- The completed history is bounded: every `period`-th completion (period = history_max / 64, between
 -- 1 and 16) trims it, so it holds at most history_max + period records; dedup remembers finished ids
--- in the lean `seen` set.
+-- in the lean `done` sorted set, with the completion time that dedup expiry compares.
 local function complete_task(id, token, hmax, hage, now)
   local st, payload, refusal = fenced(id, token)
   if refusal then return refusal end
@@ -302,7 +302,7 @@ local function complete_task(id, token, hmax, hage, now)
   st.e = nil
   save(id, st, payload)
   redis.call('ZADD', K_COMPLETED, st.ut, id)
-  if st.dd then redis.call('SADD', K_SEEN, id) end
+  if st.dd then redis.call('ZADD', K_DONE, fmt(now), id) end
   local period = math.max(1, math.min(16, math.floor(hmax / 64)))
   if incr('completed', 1) % period == 0 then trim_history(hmax, hage, now) end
   return true

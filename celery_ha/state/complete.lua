@@ -2,7 +2,7 @@
   KEYS[1]  tasks
   KEYS[5]  running
   KEYS[7]  completed
-  KEYS[8]  seen (a dedup id is remembered)
+  KEYS[8]  done (a dedup id is remembered, with its completion time)
   KEYS[9]  ckpt
   KEYS[10] stats
   KEYS[12] hist (the runtime histogram counts the completion)

@@ -6,7 +6,7 @@
   KEYS[4]  inflight (in grant(), which leaves it alone for a task popped from its band)
   KEYS[5]  running
   KEYS[7]  completed
-  KEYS[8]  seen (a dedup id is remembered)
+  KEYS[8]  done (a dedup id is remembered, with its completion time)
   KEYS[9]  ckpt
   KEYS[10] stats
   KEYS[12] hist (the runtime and wait histograms count the completion and the next claim)

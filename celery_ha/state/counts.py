@@ -12,7 +12,7 @@ from celery_ha.state.keys import QueueKeys
 
 #: Lifetime counters always present in ``stats()`` (0 until the first event), in display order.
 COUNTERS = ("enqueued", "duplicates", "claimed", "failed", "retried", "reclaimed", "released",
-            "redriven", "redispatched", "items", "items_duplicate")
+            "redriven", "redispatched", "recrawled", "items", "items_duplicate")
 
 
 def queue_stats(client: redis.Redis, k: QueueKeys) -> dict[str, int]:

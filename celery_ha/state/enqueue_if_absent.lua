@@ -4,11 +4,13 @@
   present random id (dedup off) is not a collision to retry under a new id: it is this very task.
   KEYS[1]  tasks
   KEYS[2]  readyp
-  KEYS[8]  seen (a finished dedup id counts as present)
+  KEYS[8]  done (a finished dedup id counts as present, however long ago it finished: a replay
+    repeats a request, it never asks for a recrawl)
   KEYS[10] stats
   KEYS[11] wake (one token per created task, for blocked claim_next callers)
-  Same slot: the ready lists r:<priority> it may touch are named from ARGV[1], the prefix every KEYS
-    entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
+  Same slot: the ready lists r:<priority> it may touch and the 0.1 releases' dedup set `seen` are
+    named from ARGV[1], the prefix every KEYS entry starts with (its {hash tag} included), so they
+    share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2..] runs as in enqueue.lua: count, priority, dedup (1/0), task name, max_attempts, max_stalls,
     then count x (id, payload JSON)
@@ -20,6 +22,8 @@ local now = now_ms()
 local reply = {}
 local created, duplicates = 0, 0
 local queued = band_batch()
+local legacy = PREFIX .. 'seen'
+local has_legacy = redis.call('EXISTS', legacy) == 1
 
 local i = 2
 while i <= #ARGV do
@@ -31,7 +35,8 @@ while i <= #ARGV do
   i = i + 6
   for _ = 1, count do
     local id = ARGV[i]
-    if redis.call('HEXISTS', K_TASKS, id) == 1 or redis.call('SISMEMBER', K_SEEN, id) == 1 then
+    if redis.call('HEXISTS', K_TASKS, id) == 1 or redis.call('ZSCORE', K_DONE, id)
+       or (has_legacy and redis.call('SISMEMBER', legacy, id) == 1) then
       reply[#reply + 1] = '0'
       if dd == '1' then duplicates = duplicates + 1 end
     else

@@ -33,7 +33,8 @@ class QueueKeys:
         self.running = p + "running"  # zset: id, score = lease expiry (ms)
         self.dead = p + "dead"  # zset: id, score = time of death (µs, orders deaths within a ms)
         self.completed = p + "completed"  # zset: id, score = completion time (bounded history)
-        self.seen = p + "seen"  # set: dedup ids of finished tasks whose record was trimmed or kept
+        self.done = p + "done"  # zset: dedup ids of finished tasks, score = completion time (ms)
+        self.legacy_seen = p + "seen"  # set: 0.1 releases' dedup ids (no times); the sweep moves them
         self.checkpoints = p + "ckpt"  # hash: id -> JSON checkpoint
         self.stats = p + "stats"  # hash: counters
         self.hist = p + "hist"  # hash: wait/runtime histogram buckets, "<w|r>:<bucket>:<task>" -> count

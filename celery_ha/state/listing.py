@@ -10,10 +10,11 @@ pages of ``SCAN_PAGE`` ids until enough match, so its cost grows with how rare t
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterator
 
 from celery_ha.base.errors import InvalidInput
-from celery_ha.base.validation import check_int, check_task_name
+from celery_ha.base.validation import check_int, check_task_name, check_text, parse_duration
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.records import TaskInfo
 from celery_ha.state.taskqueue import TaskQueue
@@ -93,3 +94,21 @@ def list_tasks(q: TaskQueue, state: str, *, task: str | None = None, limit: int 
         if len(out) >= limit:
             break
     return out
+
+
+def completed_matching(q: TaskQueue, *, match: str | None = None, older_than: float | str | None = None,
+                       task: str | None = None) -> list[str]:
+    """Ids of the completed history (oldest first) whose URL matches the glob ``match`` (``*``, ``?``,
+    ``[...]``, case-sensitive), that completed at least ``older_than`` ago (Redis clock) and run
+    ``task``; every filter left out matches all. Read in full before anything acts on them, so a
+    caller that re-queues them does not shift the history under its own scan."""
+    pattern = None if match is None else check_text("match", match, 8 * 1024)
+    name = None if task is None else check_task_name(task)
+    cutoff = None
+    if older_than is not None:
+        seconds, micros = q.client.time()
+        cutoff = int(seconds) + int(micros) / 1e6 - parse_duration(older_than, "older_than")
+    return [info.id for info in _scan(q, "completed")
+            if (name is None or info.task == name)
+            and (cutoff is None or (info.updated_at or 0) <= cutoff)
+            and (pattern is None or fnmatch.fnmatchcase(info.url, pattern))]

@@ -45,9 +45,10 @@ from celery_ha.redisio.scripts import ScriptSet
 from celery_ha.state.enqueue_args import MAX_BATCH, Row, RowDefaults, build_rows, grouped
 from celery_ha.state.ids import random_id
 from celery_ha.state.keys import QueueKeys
+from celery_ha.state.operator_ops import OperatorOps, expiry_ms
 from celery_ha.state.queue_reads import QueueReads, _task_id
-from celery_ha.state.records import STATE_NAMES, Dispatched, Lease
-from celery_ha.state.replies import Refusal, lease_from, raise_for, refused
+from celery_ha.state.records import Dispatched, Lease
+from celery_ha.state.replies import lease_from, raise_for, refused
 from celery_ha.state.sharded import by_shard, dispatch_shards, rotation
 from celery_ha.state.shards import MAX_SHARDS, shard_keys
 
@@ -70,7 +71,7 @@ def _held(lease: Any) -> tuple[str, int]:
     return _task_id(lease.task_id), token
 
 
-class TaskQueue(QueueReads):
+class TaskQueue(QueueReads, OperatorOps):
     """Client of one namespace of the durable task layer.
 
     Safe to share between threads (redis-py pools connections). In a forked child, build a new one.
@@ -97,6 +98,7 @@ class TaskQueue(QueueReads):
         min_replicas: int = 0,
         replica_timeout: float = Settings.replica_timeout,
         shards: int | None = None,
+        dedup_ttl: float | None = None,
     ) -> None:
         self.client = client
         self.namespace = check_namespace(namespace)
@@ -114,18 +116,21 @@ class TaskQueue(QueueReads):
         self.checkpoint_cap = check_int("checkpoint_cap", checkpoint_cap, 2, MAX_CHECKPOINT_BYTES)
         self.meta_cap = check_int("meta_cap", meta_cap, 2, MAX_META_BYTES)
         self.default_task = check_task_name(default_task)
+        expiry_ms(dedup_ttl)  # checked here; None = finished dedup ids stay duplicates forever
+        self.dedup_ttl = None if dedup_ttl is None else float(dedup_ttl)
         # With min_replicas, every transition waits (bounded) until that many replicas hold it.
         self._scripts = ScriptSet(client, _HERE, wait=replica_wait(
             check_int("min_replicas", min_replicas, 0, 16),
             check_seconds("replica_timeout", replica_timeout, high=60)))
         self._key_lists = [[k.tasks, k.ready_bands, k.delayed, k.inflight, k.running, k.dead, k.completed,
-                            k.seen, k.checkpoints, k.stats, k.wake, k.hist] for k in self._shards]
+                            k.done, k.checkpoints, k.stats, k.wake, k.hist] for k in self._shards]
         self._keys = self._key_lists[0]
         self._layout_checked = shards is None  # an explicit count is checked at the first call
 
     @classmethod
     def from_url(cls, url: str, namespace: str = "default", **options: Any) -> TaskQueue:
         options.setdefault("shards", Settings.one("shards"))
+        options.setdefault("dedup_ttl", Settings.one("dedup_ttl"))
         return cls(redis_client(url), namespace, **options)
 
     @classmethod
@@ -134,7 +139,8 @@ class TaskQueue(QueueReads):
         return cls(client, namespace or settings.namespace, lease_ttl=settings.lease_ttl,
                    max_attempts=settings.max_attempts, max_stalls=settings.max_stalls,
                    default_task=settings.default_task, min_replicas=settings.min_replicas,
-                   replica_timeout=settings.replica_timeout, shards=settings.shards)
+                   replica_timeout=settings.replica_timeout, shards=settings.shards,
+                   dedup_ttl=settings.dedup_ttl)
 
     def _run(self, script: str, *args: Any, keys: list[str] | None = None, shard: int = 0) -> Any:
         """One script call (one round trip) on a shard's KEYS layout; ARGV[1] is its key prefix."""
@@ -149,19 +155,24 @@ class TaskQueue(QueueReads):
     # ------------------------------------------------------------------ enqueue
     def enqueue(self, url: str, task: str | None = None, priority: int = 0,
                 meta: Mapping[str, Any] | None = None, dedup: bool = True,
-                max_attempts: int | None = None, max_stalls: int | None = None) -> str:
-        """Queue one task and return its id; a duplicate (same task + canonical URL) returns the
-        existing id and counts in ``stats()['duplicates']``."""
+                max_attempts: int | None = None, max_stalls: int | None = None,
+                recrawl_after: float | str | None = None) -> str:
+        """Queue one task and return its id; a duplicate (same task + canonical URL, live or finished
+        less than ``recrawl_after`` ago, default the queue's ``dedup_ttl``) returns the existing id and
+        counts in ``stats()['duplicates']``."""
         return self.enqueue_many([{"url": url, "task": task, "priority": priority, "meta": meta,
                                    "dedup": dedup, "max_attempts": max_attempts,
-                                   "max_stalls": max_stalls}])[0]
+                                   "max_stalls": max_stalls}], recrawl_after=recrawl_after)[0]
 
     def enqueue_many(self, specs: Iterable[str | Mapping[str, Any]], *, task: str | None = None,
-                     priority: int = 0, dedup: bool = True, batch_size: int = 1000) -> list[str]:
+                     priority: int = 0, dedup: bool = True, batch_size: int = 1000,
+                     recrawl_after: float | str | None = None) -> list[str]:
         """Queue many tasks, one round trip per batch. Each spec is a URL or a dict with the keyword
-        arguments of :meth:`enqueue`. Every spec is validated before anything is written."""
+        arguments of :meth:`enqueue` (but ``recrawl_after``, which is the call's). Every spec is
+        validated before anything is written."""
         return [tid for tid, _ in self.enqueue_many_with_status(
-            specs, task=task, priority=priority, dedup=dedup, batch_size=batch_size)]
+            specs, task=task, priority=priority, dedup=dedup, batch_size=batch_size,
+            recrawl_after=recrawl_after)]
 
     def task_ids(self, specs: Iterable[str | Mapping[str, Any]], *, task: str | None = None,
                  priority: int = 0, dedup: bool = True) -> list[str]:
@@ -176,12 +187,15 @@ class TaskQueue(QueueReads):
 
     def enqueue_many_with_status(self, specs: Iterable[str | Mapping[str, Any]], *,
                                  task: str | None = None, priority: int = 0, dedup: bool = True,
-                                 batch_size: int = 1000) -> list[tuple[str, bool]]:
+                                 batch_size: int = 1000, recrawl_after: float | str | None = None
+                                 ) -> list[tuple[str, bool]]:
         """Like :meth:`enqueue_many`, with each id paired with True when this call created the task
-        and False when it was a duplicate (decided atomically by the server, not by a pre-check)."""
+        (or started a new run of one finished ``recrawl_after`` ago) and False when it was a duplicate
+        (decided atomically by the server, not by a pre-check)."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, int):
             raise InvalidInput(f"batch_size must be an integer, got {shown(batch_size)}")
         batch_size = max(1, min(batch_size, MAX_BATCH))
+        window = expiry_ms(self.dedup_ttl if recrawl_after is None else recrawl_after, "recrawl_after")
         rows = self._rows(specs, task, priority, dedup)
         created: dict[int, bool] = {}
         for start in range(0, len(rows), batch_size):
@@ -190,7 +204,7 @@ class TaskQueue(QueueReads):
                 again: list[int] = []
                 for shard, at in by_shard([rows[i][0] for i in pending], self.shard_count).items():
                     part = [pending[a] for a in at]
-                    codes = self._run("enqueue", *grouped([rows[i] for i in part]), shard=shard)
+                    codes = self._run("enqueue", window, *grouped([rows[i] for i in part]), shard=shard)
                     if isinstance(codes, bytes):
                         codes = codes.decode()
                     # One char per task: '1' new, '0' duplicate, '-' a random id met an existing one
@@ -369,40 +383,3 @@ class TaskQueue(QueueReads):
         return dispatch_shards(self.client, self._shards,
                                lambda shard, room: self._run("dispatch", room, after_ms, limit, shard=shard),
                                window, next(iter(self._rotation())))
-
-    def cancel(self, task_id: str, reason: str = "by the operator") -> str | None:
-        """End a task as dead with ``cancelled: <reason>`` (redrive brings it back); a running one
-        stops at its holder's next fenced write. Returns the state it left, or None when it had
-        already finished (completed or dead); TaskNotFound for an unknown id."""
-        task_id = _task_id(task_id)
-        reply = self._run("cancel", task_id, clean_message(reason, MAX_ERROR_CHARS), shard=self._of(task_id))
-        if refused(reply):
-            if reply == Refusal.UNKNOWN:
-                raise_for(reply, task_id, namespace=self.namespace)
-            return None
-        return str(STATE_NAMES[str(reply)])
-
-    # ------------------------------------------------------------------ dead letters
-    def redrive(self, task_id: str | None = None, batch: int = 1000) -> int:
-        """Move one dead task (or all of them) back to the queue with attempts and stalls reset.
-
-        Returns how many moved: for one id 1, or 0 when that task is not dead. An unknown id raises
-        TaskNotFound; the script tells the cases apart, so no second lookup races the redrive.
-        """
-        batch = check_int("batch", batch, 1, MAX_BATCH)
-        if task_id is not None:
-            task_id = _task_id(task_id)
-            moved = self._run("redrive", task_id, 1, shard=self._of(task_id))
-            if refused(moved):
-                if moved == Refusal.UNKNOWN:
-                    raise_for(moved, task_id, namespace=self.namespace)
-                return 0
-            return int(moved)
-        total = 0
-        for shard in range(self.shard_count):
-            while True:
-                moved = int(self._run("redrive", "", int(batch), shard=shard))
-                total += moved
-                if moved < batch:
-                    break
-        return total

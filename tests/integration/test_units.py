@@ -220,7 +220,7 @@ def test_maintenance_lock_makes_concurrent_sweeps_harmless(rt: Runtime) -> None:
         assert sweep(app, rt) is None  # another "beat" holds the lock
     rt.queue.enqueue("http://example.test/s", task="unit_task")
     result = sweep(app, rt)
-    assert result == {"reclaimed": 0, "sent": 1, "source": "beat", "broker_lost": False}
+    assert result == {"reclaimed": 0, "sent": 1, "source": "beat", "broker_lost": False, "forgotten": 0}
     assert rt.client.hget(rt.queue.keys.meta, "last_sweep")
     assert not rt.client.exists(key)
 

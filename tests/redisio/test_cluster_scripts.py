@@ -187,6 +187,9 @@ def _run_every_script(url: str) -> None:
     third = q.claim_next("w3")
     assert third is not None and q.release(third.task_id, worker="w3") == "queued"  # release
     q.cancel(ids[-1])  # cancel
+    assert q.recrawl([nxt.task_id]) == {nxt.task_id: "queued"}  # recrawl
+    client.sadd(q.keys.legacy_seen, "oldid0000001")  # a 0.1 release's dedup set, moved by:
+    assert q.forget_finished() == 1  # forget_finished
     heartbeat(client, "sc", "node:1")  # heartbeat (EVAL)
     with short_lock(client, q.keys.lock("sweep"), 5) as got:  # unlock (EVAL)
         assert got

@@ -101,7 +101,7 @@ def _enqueue_and_check(q: TaskQueue, urls: list[str]) -> None:
 # ---------------------------------------------------------------- script contracts and refusal codes
 STATE_LUA = Path(__file__).resolve().parents[2] / "celery_ha" / "state"
 SHARED_KEYS = {"K_TASKS": 1, "K_READYP": 2, "K_DELAYED": 3, "K_INFLIGHT": 4, "K_RUNNING": 5, "K_DEAD": 6,
-               "K_COMPLETED": 7, "K_SEEN": 8, "K_CKPT": 9, "K_STATS": 10, "K_WAKE": 11,
+               "K_COMPLETED": 7, "K_DONE": 8, "K_CKPT": 9, "K_STATS": 10, "K_WAKE": 11,
                "K_HIST": 12}
 
 

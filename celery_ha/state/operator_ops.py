@@ -1,0 +1,111 @@
+"""The operator's transitions (cancel, redrive, recrawl) and dedup upkeep, as a base class of
+:class:`~celery_ha.state.taskqueue.TaskQueue` (which keeps the worker's path).
+
+Dedup remembers each finished dedup id in ``done`` with its completion time. With a dedup TTL (the
+queue's ``dedup_ttl``, ``CELERY_HA_DEDUP_TTL``) a URL finished longer ago than that is no longer a
+duplicate: enqueueing it again starts a new run (``enqueue.lua``), and the sweep forgets such ids once
+the completed history let go of their records, so ``done`` stays bounded by what finished within the
+TTL. ``recrawl`` re-queues completed tasks on demand, whatever their age.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from celery_ha.base.validation import MAX_ERROR_CHARS, check_int, clean_message, iter_many, parse_duration
+from celery_ha.state.enqueue_args import MAX_BATCH
+from celery_ha.state.queue_reads import _task_id
+from celery_ha.state.records import STATE_NAMES
+from celery_ha.state.replies import Refusal, raise_for, refused
+from celery_ha.state.sharded import by_shard
+
+#: recrawl()'s answer per id, from recrawl.lua's reply characters.
+RECRAWL_RESULTS = {"1": "queued", "0": "not completed", "?": "unknown"}
+NEVER = -1  # the scripts' "no expiry"
+
+
+def expiry_ms(seconds: float | None, what: str = "dedup_ttl") -> int:
+    """A dedup expiry in whole ms for the scripts; None (never) -> -1."""
+    return NEVER if seconds is None else int(parse_duration(seconds, what) * 1000)
+
+
+class OperatorOps:
+    """Cancel, redrive, recrawl and dedup upkeep of one namespace (every shard); TaskQueue provides
+    the attributes."""
+
+    namespace: str
+    shard_count: int
+    dedup_ttl: float | None
+    _run: Callable[..., Any]
+    _of: Callable[[str], int]
+
+    def recrawl(self, task_ids: Iterable[str]) -> dict[str, str]:
+        """Queue completed tasks again as new runs (same URL, meta and task; attempts cleared), each at
+        the back of its band. Returns ``{id: "queued" | "not completed" | "unknown"}``: a task that is
+        live or dead is left alone, and an id the history no longer holds is unknown (enqueue its URL
+        again: with a dedup TTL it is not a duplicate once that much time passed)."""
+        ids = list(dict.fromkeys(_task_id(t) for t in iter_many("task ids", task_ids)))
+        results: dict[str, str] = {}
+        for start in range(0, len(ids), MAX_BATCH):
+            chunk = ids[start:start + MAX_BATCH]
+            for shard, at in by_shard(chunk, self.shard_count).items():
+                part = [chunk[a] for a in at]
+                codes = self._run("recrawl", *part, shard=shard)
+                if isinstance(codes, bytes):
+                    codes = codes.decode()
+                results.update((tid, RECRAWL_RESULTS[c]) for tid, c in zip(part, codes, strict=True))
+        return {tid: results[tid] for tid in ids}
+
+    def forget_finished(self, batch: int = 10_000, max_batches: int = 10) -> int:
+        """Dedup upkeep, called by the maintenance sweep: forget finished ids older than the dedup
+        TTL whose record has left the completed history, and move ids of the 0.1 releases' dedup set
+        into ``done`` (as finished now). Bounded per call; returns how many ids were forgotten or moved."""
+        batch = check_int("batch", batch, 1, MAX_BATCH)
+        rounds = check_int("max_batches", max_batches, 1, 1_000_000)
+        ttl = expiry_ms(self.dedup_ttl)
+        total = 0
+        for shard in range(self.shard_count):
+            for _ in range(rounds):
+                reply = self._run("forget_finished", ttl, batch, shard=shard)
+                forgotten, moved, more = (int(x) for x in reply)
+                total += forgotten + moved
+                if not (more and (forgotten or moved)):
+                    break
+        return total
+
+    def cancel(self, task_id: str, reason: str = "by the operator") -> str | None:
+        """End a task as dead with ``cancelled: <reason>`` (redrive brings it back); a running one
+        stops at its holder's next fenced write. Returns the state it left, or None when it had
+        already finished (completed or dead); TaskNotFound for an unknown id."""
+        task_id = _task_id(task_id)
+        reply = self._run("cancel", task_id, clean_message(reason, MAX_ERROR_CHARS), shard=self._of(task_id))
+        if refused(reply):
+            if reply == Refusal.UNKNOWN:
+                raise_for(reply, task_id, namespace=self.namespace)
+            return None
+        return str(STATE_NAMES[str(reply)])
+
+    def redrive(self, task_id: str | None = None, batch: int = 1000) -> int:
+        """Move one dead task (or all of them) back to the queue with attempts and stalls reset.
+
+        Returns how many moved: for one id 1, or 0 when that task is not dead. An unknown id raises
+        TaskNotFound; the script tells the cases apart, so no second lookup races the redrive.
+        """
+        batch = check_int("batch", batch, 1, MAX_BATCH)
+        if task_id is not None:
+            task_id = _task_id(task_id)
+            moved = self._run("redrive", task_id, 1, shard=self._of(task_id))
+            if refused(moved):
+                if moved == Refusal.UNKNOWN:
+                    raise_for(moved, task_id, namespace=self.namespace)
+                return 0
+            return int(moved)
+        total = 0
+        for shard in range(self.shard_count):
+            while True:
+                moved = int(self._run("redrive", "", int(batch), shard=shard))
+                total += moved
+                if moved < batch:
+                    break
+        return total

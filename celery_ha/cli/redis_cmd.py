@@ -13,6 +13,7 @@ from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.cli.errors import one_line
 from celery_ha.cli.render import console, echo_json, kv_table
 from celery_ha.redisio.client import redis_client
+from celery_ha.redisio.cluster import cluster_view, is_cluster_client
 from celery_ha.redisio.memory_policy import eviction_policy, eviction_warning
 from celery_ha.redisio.sentinel import is_sentinel_url, sentinel_view
 from celery_ha.runtime.embedded import EmbeddedRedis
@@ -64,8 +65,9 @@ def status(obj: CLIContext, as_json: bool) -> None:
     """Show whether Redis runs, where, its pid, data directory, keys and memory.
 
     Behind Sentinel (a sentinel:// URL): the master the sentinels name, its replicas and their lag,
-    and how many sentinels answer. A Redis user that may not run INFO (or DBSIZE) still gets the rest,
-    plus one line per field that could not be read.
+    and how many sentinels answer. On a Redis Cluster (redis+cluster://): the cluster state and every
+    node with its role, keys, memory and version. A Redis user that may not run INFO (or DBSIZE)
+    still gets the rest, plus one line per field that could not be read.
     """
     problems: list[str] = []
     if obj.external and is_sentinel_url(obj.redis_url):
@@ -76,6 +78,16 @@ def status(obj: CLIContext, as_json: bool) -> None:
         if data["running"]:
             data.update(_server_fields(_client(obj), problems))
         data["replicas"] = "; ".join(data["replicas"]) or "none"
+    elif obj.external and is_cluster_client(_client(obj)):
+        view = cluster_view(_client(obj))
+        data = {"mode": "cluster", "running": True, "reachable": True, "url": mask_url(obj.redis_url),
+                "cluster_state": view["cluster_state"], "masters": view["masters"]}
+        if as_json:
+            data["nodes"] = view["nodes"]
+        else:
+            for n in view["nodes"]:
+                data[n["node"]] = n.get("error") or (f"{n['role']}, {n['keys']} keys, {n['used_memory']}, "
+                                                     f"Redis {n['version']}")
     elif obj.external:
         client = _client(obj)
         data = {"mode": "external", "running": True, "reachable": True, "url": mask_url(obj.redis_url),

@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException
+from redis.exceptions import RedisClusterException, ResponseError
 
 from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.masking import mask_url
@@ -127,3 +127,25 @@ def cluster_client(url: str, **options: Any) -> RedisCluster:
 
 def is_cluster_client(client: object) -> bool:
     return isinstance(client, RedisCluster)
+
+
+def cluster_view(client: RedisCluster) -> dict[str, Any]:
+    """What an operator asks of a cluster: its state, and per node its role, keys, memory and version
+    (each node read on its own, so one node's status never stands for the cluster). A node that does
+    not answer is listed as such rather than failing the whole view."""
+    nodes: list[dict[str, Any]] = []
+    for node in sorted(client.get_nodes(), key=lambda n: (n.server_type != "primary", n.host, n.port)):
+        entry: dict[str, Any] = {"node": f"{node.host}:{node.port}", "role": node.server_type or "unknown"}
+        try:
+            info = client.info(target_nodes=node)
+            entry.update(keys=client.dbsize(target_nodes=node), used_memory=info.get("used_memory_human"),
+                         version=info.get("redis_version"))
+        except (RedisConnectionError, ResponseError) as exc:
+            entry["error"] = mask_url(str(exc))
+        nodes.append(entry)
+    try:
+        state = client.cluster_info().get("cluster_state", "unknown")
+    except (RedisConnectionError, ResponseError):
+        state = "unknown"
+    return {"cluster_state": state, "masters": sum(1 for n in nodes if n["role"] == "primary"),
+            "nodes": nodes}

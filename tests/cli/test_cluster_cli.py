@@ -42,3 +42,19 @@ def test_the_cli_works_on_a_cluster(cluster_url: str, tmp_path: Path, shards: st
 def test_an_unreachable_cluster_is_one_masked_line() -> None:
     result = run(["--redis-url", f"redis+cluster://app:{SECRET}@127.0.0.1:1", "stats"])
     assert_one_line_error(result)
+
+
+def test_redis_status_shows_every_node_of_the_cluster(cluster_url: str, redis_cluster,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CELERY_HA_SHARDS", "3")
+    base = ["--redis-url", cluster_url, "--namespace", "clstat"]
+    assert run([*base, "enqueue", *[f"https://example.com/s{i}" for i in range(30)]]).exit_code == 0
+    result = run([*base, "redis", "status", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert (data["mode"], data["cluster_state"], data["masters"]) == ("cluster", "ok", 3)
+    # Each node read on its own: their key counts are the nodes' own, and add up to the cluster's.
+    assert sorted(n["keys"] for n in data["nodes"]) == sorted(redis_cluster.keys_per_node())
+    assert len({n["node"] for n in data["nodes"]}) == 3 and SECRET not in result.output
+    table = run([*base, "redis", "status"])
+    assert table.exit_code == 0 and table.stdout.count("primary, ") == 3, table.output

@@ -8,6 +8,7 @@ import sys
 from celery import Celery
 
 from celery_ha.base.errors import ConfigurationError
+from celery_ha.integration import kombu_fixes
 from celery_ha.integration.hooks import WorkerHooks
 
 
@@ -18,7 +19,9 @@ def _under_celery_cli() -> bool:
 
 def build_app() -> Celery:
     """The app, configured from ``celeryconfig`` (validated now: a bad knob fails here, with one line
-    under the ``celery`` command instead of a traceback) and with :class:`WorkerHooks` installed."""
+    under the ``celery`` command instead of a traceback), with :class:`WorkerHooks` installed and
+    kombu's Redis transport fixed (``integration/kombu_fixes.py``)."""
+    kombu_fixes.install()
     app = Celery("celery_ha")
     try:
         import celeryconfig

@@ -6,23 +6,14 @@ error on the old channel ends it, see ``integration/kombu_fixes.py``)."""
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from celery_ha.runtime.redis_process import RedisProcess, free_port
+from celery_ha.runtime.redis_process import RedisProcess
 from celery_ha.state.sink import iter_items
 from tests.support.celery_helpers import wait_for
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def broker_redis(tmp_path: Path) -> Iterator[RedisProcess]:
-    server = RedisProcess(port=free_port(), data_dir=tmp_path / "broker").start()
-    yield server
-    server.stop()
 
 
 def test_a_task_running_at_a_broker_loss_is_run_again_and_stored_once(make_cluster, site, broker_redis,

@@ -4,22 +4,13 @@ seconds of its return (the marker check), not after CELERY_HA_REDISPATCH_AFTER."
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from celery_ha.runtime.redis_process import RedisProcess, free_port
+from celery_ha.runtime.redis_process import RedisProcess
 from tests.support.celery_helpers import wait_for
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def broker_redis(tmp_path: Path) -> Iterator[RedisProcess]:
-    server = RedisProcess(port=free_port(), data_dir=tmp_path / "broker").start()
-    yield server
-    server.stop()
 
 
 def test_broker_restarted_empty_resumes_within_seconds(make_cluster, site, broker_redis, tmp_path):

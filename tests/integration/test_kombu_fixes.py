@@ -15,23 +15,31 @@ import pytest
 import redis
 from kombu import Connection, Queue
 from kombu.common import ignore_errors
+from kombu.message import Message
 
 from celery_ha.integration import kombu_fixes
+
+
+def _ack_on_a_closed_connection(url: str, queue_name: str) -> tuple[Connection, Message]:
+    """A message delivered on a connection the consumer then collected and closed, on a channel that
+    lost its pool: the state in which a late ack must rebuild it."""
+    conn = Connection(url)
+    queue = Queue(queue_name, routing_key=queue_name)
+    with conn.Producer() as producer:
+        producer.publish({"ids": ["T1"]}, routing_key=queue_name, declare=[queue], serializer="json")
+    message = queue(conn.default_channel).get(no_ack=False)
+    assert message is not None
+    conn.collect(socket_timeout=1)  # what Celery's consumer does on a connection loss
+    ignore_errors(conn, conn.close)
+    message.channel._disconnect_pools()
+    return conn, message
 
 
 def test_an_ack_on_a_closed_connection_is_a_logged_connection_error(
         redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
     kombu_fixes.install()
     kombu_fixes.install()  # idempotent: the app may be built more than once per process
-    conn = Connection(redis_url)
-    queue = Queue("kf.q", routing_key="kf.q")
-    with conn.Producer() as producer:
-        producer.publish({"ids": ["T1"]}, routing_key="kf.q", declare=[queue], serializer="json")
-    message = queue(conn.default_channel).get(no_ack=False)
-    assert message is not None
-    conn.collect(socket_timeout=1)  # what Celery's consumer does on a connection loss
-    ignore_errors(conn, conn.close)
-    message.channel._disconnect_pools()
+    conn, message = _ack_on_a_closed_connection(redis_url, "kf.q")
     errors = conn.connection_errors
     with caplog.at_level(logging.CRITICAL):
         message.ack_log_error(logging.getLogger("celery.worker"), errors)  # as Celery's Request does
@@ -49,14 +57,6 @@ def test_without_the_fix_kombu_raises_attribute_error(redis_url: str,
 
     original = getattr(kombu_redis.Channel._connparams, "__wrapped__", kombu_redis.Channel._connparams)
     monkeypatch.setattr(kombu_redis.Channel, "_connparams", original)
-    conn = Connection(redis_url)
-    queue = Queue("kf.r", routing_key="kf.r")
-    with conn.Producer() as producer:
-        producer.publish({"ids": ["T2"]}, routing_key="kf.r", declare=[queue], serializer="json")
-    message = queue(conn.default_channel).get(no_ack=False)
-    assert message is not None
-    conn.collect(socket_timeout=1)
-    ignore_errors(conn, conn.close)
-    message.channel._disconnect_pools()
+    conn, message = _ack_on_a_closed_connection(redis_url, "kf.r")
     with pytest.raises(AttributeError):
         message.ack_log_error(logging.getLogger("celery.worker"), conn.connection_errors)

@@ -36,6 +36,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.ids: set[str] = set()
         self.leases: list = []
         self.completed: set[str] = set()
+        self.url_of: dict[str, str] = {}  # dedup ids -> their URL (an enqueue of it again recrawls)
+        self.recrawls = 0  # new runs of completed tasks: each adds one lifetime completion to stats
 
     def teardown(self) -> None:
         self.r.close()
@@ -58,6 +60,8 @@ class QueueMachine(RuleBasedStateMachine):
     @rule(url=st.sampled_from(URLS), priority=st.integers(-2, 2), dedup=st.booleans())
     def enqueue(self, url: str, priority: int, dedup: bool) -> None:
         tid = self.q.enqueue(url, priority=priority, dedup=dedup)
+        if dedup:
+            self.url_of[tid] = url
         if dedup and tid in self.ids:
             return
         assert tid not in self.ids
@@ -155,6 +159,21 @@ class QueueMachine(RuleBasedStateMachine):
             self.q.redrive()
             assert self.q.stats()["dead"] == 0
 
+    @rule(pick=PICK, via_enqueue=st.booleans())
+    def recrawl(self, pick: int, via_enqueue: bool) -> None:
+        """A completed task starts a new run: by ``recrawl`` or by enqueueing its URL past a window of
+        0 s; stale holders of its earlier runs keep trying to write (the fencing rules above)."""
+        done = sorted(t for t in self.completed if not via_enqueue or t in self.url_of)
+        if not done:
+            return
+        tid = done[pick % len(done)]
+        if via_enqueue:
+            assert self.q.enqueue_many_with_status([self.url_of[tid]], recrawl_after=0) == [(tid, True)]
+        else:
+            assert self.q.recrawl([tid]) == {tid: "queued"}
+        self.completed.discard(tid)
+        self.recrawls += 1
+
     def _redis_ms(self) -> float:
         sec, usec = self.r.time()
         return sec * 1000 + usec / 1000
@@ -165,7 +184,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert set(states) == self.ids  # nothing lost, nothing invented (history is not trimmed here)
         s = self.q.stats()
         total = s["queued"] + s["dispatched"] + s["running"] + s["delayed"] + s["dead"] + s["completed"]
-        assert total == len(self.ids)
+        assert total == len(self.ids) + self.recrawls
         assert {t for t, code in states.items() if code == "c"} == self.completed
 
 

@@ -145,11 +145,13 @@ FAMILIES: dict[str, Callable[[int], str]] = {
 
 @pytest.mark.parametrize("make", FAMILIES.values(), ids=FAMILIES.keys())
 def test_mask_url_time_grows_linearly(make: Callable[[int], str]) -> None:
-    # 20x the input: linear code takes ~20x as long, the quadratic one ~400x. The small pair first,
-    # so a quadratic regression fails in seconds instead of hanging for minutes on 400 KB.
+    # 20x the input: linear code takes ~20x as long, the quadratic one ~400x. The bound sits between
+    # them with room for a loaded machine (allocation and cache effects on 400 KB strings measured up
+    # to 80x under load). The small pair first, so a quadratic regression fails in seconds instead of
+    # hanging for minutes on 400 KB.
     for small, big in ((2_000, 40_000), (20_000, 400_000)):
-        growth = _growth(mask_url, make, small, big, limit=60)
-        assert growth < 60, f"{big // small}x the input took {growth:.0f}x as long"
+        growth = _growth(mask_url, make, small, big, limit=150)
+        assert growth < 150, f"{big // small}x the input took {growth:.0f}x as long"
 
 
 def test_mask_prefix_reads_only_the_prefix() -> None:

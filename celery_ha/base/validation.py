@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
 
 from celery_ha.base.errors import InvalidInput, PayloadTooLarge
 
@@ -105,6 +105,13 @@ def clean_message(text: Any, cap: int = MAX_ERROR_CHARS) -> str:
 
 def check_url(url: Any) -> str:
     """Return ``url`` if it is an absolute http(s) URL with a host and at most 8 KiB, else raise."""
+    _checked_parts(url)
+    return url
+
+
+def _checked_parts(url: Any) -> SplitResult:
+    """The checks of :func:`check_url`, returning the parsed URL: :func:`canonical_url` needs the parts,
+    and parsing once instead of twice matters on enqueue's path (a million URLs in one CLI call)."""
     if not isinstance(url, str):
         raise InvalidInput(f"URL must be a string, got {type(url).__name__}")
     if len(url) > MAX_URL_BYTES or utf8_size("URL", url) > MAX_URL_BYTES:
@@ -124,7 +131,7 @@ def check_url(url: Any) -> str:
     if not parts.hostname:
         raise InvalidInput(f"URL has no host: {url[:200]!r}")
     del port
-    return url
+    return parts
 
 
 def canonical_url(url: str) -> str:
@@ -133,7 +140,7 @@ def canonical_url(url: str) -> str:
     Scheme and host are lower-cased, default ports and fragments dropped, an empty path becomes ``/``
     and query parameters are sorted, so trivially different spellings of one page dedup together.
     """
-    parts = urlsplit(check_url(url))
+    parts = _checked_parts(url)
     scheme = parts.scheme.lower()
     host = (parts.hostname or "").lower()
     if ":" in host:

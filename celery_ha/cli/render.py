@@ -6,7 +6,7 @@ import codecs
 import json
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -101,13 +101,17 @@ def stream_name(stream: object) -> str:
 
 
 def read_lines(stream: Iterable[bytes | str], name: str = "input") -> list[tuple[int, str]]:
+    """(line number, text) of a URL list, as a list: see :func:`iter_lines`."""
+    return list(iter_lines(stream, name))
+
+
+def iter_lines(stream: Iterable[bytes | str], name: str = "input") -> Iterator[tuple[int, str]]:
     """(line number, text) of a URL list: blank lines and full-line ``#`` comments skipped.
 
     Only whole-line comments: ``#`` inside a URL is a fragment, not a comment. Read as bytes, so a
     file that is not UTF-8 text (or holds NUL bytes: a binary file) is refused naming its line, and a
     UTF-8 byte-order mark (as some editors write) is dropped instead of spoiling line 1.
     """
-    out = []
     for number, line in enumerate(stream, 1):
         raw = line.encode("utf-8", "surrogateescape") if isinstance(line, str) else line
         if number == 1 and raw.startswith(codecs.BOM_UTF8):
@@ -120,5 +124,4 @@ def read_lines(stream: Iterable[bytes | str], name: str = "input") -> list[tuple
             raise InvalidInput(f"{name} line {number}: not UTF-8 text (byte {raw[exc.start]:#04x} at "
                                f"column {exc.start + 1})") from None
         if text and not text.startswith("#"):
-            out.append((number, text))
-    return out
+            yield number, text

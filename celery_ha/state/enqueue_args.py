@@ -74,25 +74,26 @@ def build_row(url: str, task: str, priority: int, meta: Mapping[str, Any] | None
               max_attempts: int | None, max_stalls: int | None, defaults: RowDefaults) -> Row:
     """Validate one task and return its row; on every enqueued task's path, so the payload is
     assembled as text rather than through ``json.dumps`` of a dict."""
-    canonical = simple_canonical_url(url)
-    if canonical is None:
-        check_url(url)
+    simple = simple_canonical_url(url)
+    if simple is not None:
+        canonical = simple
+    elif dedup:
+        canonical = canonical_url(url)  # checks the URL as check_url does, parsing it once
+    else:
+        canonical = check_url(url)  # checked only: no dedup id needs the canonical form
     check_task_name(task)
     check_int("priority", priority, *PRIORITY_RANGE)
     ma = defaults.max_attempts if max_attempts is None else check_int("max_attempts", max_attempts, 1, 1000)
     ms = defaults.max_stalls if max_stalls is None else check_int("max_stalls", max_stalls, 0, 1000)
     # The payload is the compact JSON {"u": url[, "m": meta]}, assembled from its parts (the same
     # text json.dumps gives for that dict): a simple URL needs no escaping, meta is encoded once.
-    url_json = f'"{url}"' if canonical is not None else json.dumps(url, ensure_ascii=False)
+    url_json = f'"{url}"' if simple is not None else json.dumps(url, ensure_ascii=False)
     body = f'{{"u":{url_json}}}'
     if meta is not None:
         meta_json = dumps_capped("meta", meta, defaults.meta_cap)
         if meta:
             body = f'{{"u":{url_json},"m":{meta_json}}}'
-    if dedup:
-        tid = dedup_id(task, canonical_url(url) if canonical is None else canonical)
-    else:
-        tid = random_id()
+    tid = dedup_id(task, canonical) if dedup else random_id()
     return [tid, priority, "1" if dedup else "0", task, ma, ms, body]
 
 

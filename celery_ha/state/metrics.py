@@ -36,7 +36,8 @@ KINDS = {"w": "wait", "r": "runtime"}
 EVENTS = {
     "enqueued": "enqueued", "duplicates": "duplicate", "claimed": "claimed", "completed": "completed",
     "failed": "failed", "retried": "retried", "reclaimed": "reclaimed", "released": "released",
-    "redriven": "redriven", "died": "dead", "redispatched": "redispatched",
+    "redriven": "redriven", "died": "dead", "redispatched": "redispatched", "recrawled": "recrawled",
+    "cancelled": "cancelled",
 }
 #: How many ids at the head of each band are read to find the oldest waiting one: reclaimed tasks go
 #: to the front of their band, so the oldest one is the first id pushed at the back, a few places in.

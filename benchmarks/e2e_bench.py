@@ -6,6 +6,11 @@ acks_late, prefetch 1, JSON, task events on), rounds alternating plain / durable
     python benchmarks/e2e_bench.py                 # kinds noop and page, -c 2 4 8, 3 rounds (~6 min)
     python benchmarks/e2e_bench.py --quick         # -c 2 only, 1 round, fewer tasks (~1 min)
     python benchmarks/e2e_bench.py --concurrency 2 --tasks 3000 --rounds 5
+    python benchmarks/e2e_bench.py --baseline-rev HEAD   # also durable tasks on another revision
+
+``--baseline-rev REV`` adds a ``baseline`` system: durable tasks run by a worker on ``git archive REV``
+(its ``celery_ha``, ``celeryconfig.py`` and ``tasks``, with this tree's ``benchmarks/e2e_durable.py``),
+in the same rounds, so a change's before / after is two ratios to plain Celery from one run.
 
 Kinds: ``noop`` (the task does nothing: the orchestration's own cost) and ``page`` (GET of a local
 page, parse its title, store one item). A round times submission to the last completion: plain Celery
@@ -22,6 +27,7 @@ import argparse
 import http.server
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -72,6 +78,7 @@ class Bench:
         self.tmp = tmp
         self.r = redis.Redis.from_url(self.state_url, decode_responses=True)
         self.batch = 1
+        self.roots: dict[str, Path] = {}  # system -> the source tree its worker runs (default ROOT)
         self.env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_STATE_URL": self.state_url,
                     "BENCH_BROKER_URL": self.broker_url, "CELERY_HA_REDIS_URL": self.state_url,
                     "CELERY_BROKER_URL": self.broker_url, "CELERY_HA_NAMESPACE": NS,
@@ -82,10 +89,12 @@ class Bench:
         app = "benchmarks.e2e_plain" if system == "plain" else "celery_ha"
         log = open(self.tmp / f"{system}-{concurrency}.log", "ab")
         env = {**self.env, "CELERY_HA_BATCH": str(self.batch)} if system == "batch" else self.env
+        root = self.roots.get(system, ROOT)
+        env = {**env, "PYTHONPATH": str(root)}
         proc = subprocess.Popen([CELERY, "-A", app, "worker", "-P", "prefork", "-c", str(concurrency),
                                  "-n", f"{system}@bench", "--without-gossip", "--without-mingle",
                                  "--without-heartbeat", "-l", "warning"],
-                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         self._wait_ready(system, concurrency, proc)
         return proc
@@ -96,7 +105,7 @@ class Bench:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise RuntimeError(f"{system} worker exited (see {self.tmp})")
-            if system != "plain":
+            if system != "plain":  # durable, batch, baseline
                 if int(probe.zcard(f"cha:{{{NS}}}:workers")) >= concurrency:
                     return
             else:
@@ -165,6 +174,17 @@ class Bench:
             time.sleep(0.01)
 
 
+def baseline_tree(rev: str, dest: Path) -> Path:
+    """``git archive rev`` of what a worker runs, unpacked in ``dest``, plus this tree's bench tasks."""
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "celery_ha", "celeryconfig.py",
+                              "tasks"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    (dest / "benchmarks").mkdir()
+    shutil.copy(ROOT / "benchmarks" / "e2e_durable.py", dest / "benchmarks" / "e2e_durable.py")
+    return dest
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -177,6 +197,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--batch", type=int, default=0,
                         help="also run durable tasks with CELERY_HA_BATCH=N (the 'batch' columns)")
+    parser.add_argument("--baseline-rev", metavar="REV",
+                        help="also run durable tasks on this git revision (the 'baseline' columns)")
     args = parser.parse_args()
     concurrencies = args.concurrency or ([2] if args.quick else [2, 4, 8])
     rounds = args.rounds or (1 if args.quick else 3)
@@ -188,7 +210,10 @@ def main() -> None:
     site, site_url = start_site()
     bench = Bench(server.url, site_url, tmp)
     bench.batch = max(1, args.batch)
-    systems = ("plain", "durable", "batch") if args.batch > 1 else ("plain", "durable")
+    systems: tuple[str, ...] = ("plain", "durable", "batch") if args.batch > 1 else ("plain", "durable")
+    if args.baseline_rev:
+        bench.roots["baseline"] = baseline_tree(args.baseline_rev, tmp / "baseline")
+        systems += ("baseline",)
     os.environ.update({k: v for k, v in bench.env.items() if k.startswith(("BENCH_", "CELERY"))})
     results: list[dict[str, Any]] = []
     try:
@@ -212,9 +237,10 @@ def main() -> None:
                                                                  strict=True)]
                 row["ratio"] = statistics.median(ratios)
                 row["ratio_range"] = (min(ratios), max(ratios))
-                if "batch" in measured:
-                    pairs = zip(measured["plain"], measured["batch"], strict=True)
-                    row["batch_ratio"] = statistics.median(b["rate"] / p["rate"] for p, b in pairs)
+                for extra in ("batch", "baseline"):
+                    if extra in measured:
+                        pairs = zip(measured["plain"], measured[extra], strict=True)
+                        row[f"{extra}_ratio"] = statistics.median(b["rate"] / p["rate"] for p, b in pairs)
                 results.append(row)
                 print(f"{kind:5} -c {c}: plain {row['plain_rate']:7.0f}/s  "
                       f"durable {row['durable_rate']:7.0f}/s  "
@@ -223,7 +249,10 @@ def main() -> None:
                       f"commands/task {row['plain_commands_per_task']:.1f} vs "
                       f"{row['durable_commands_per_task']:.1f}"
                       + (f"  | batch {bench.batch}: {row['batch_rate']:7.0f}/s ratio {row['batch_ratio']:.2f}"
-                         f" reads/task {row['batch_reads_per_task']:.1f}" if "batch_ratio" in row else ""),
+                         f" reads/task {row['batch_reads_per_task']:.1f}" if "batch_ratio" in row else "")
+                      + (f"  | baseline {args.baseline_rev}: {row['baseline_rate']:7.0f}/s ratio "
+                         f"{row['baseline_ratio']:.2f} reads/task {row['baseline_reads_per_task']:.1f}"
+                         if "baseline_ratio" in row else ""),
                       flush=True)
     finally:
         site.shutdown()

@@ -2,8 +2,8 @@
 
 Celery's own cost per message (about three broker round trips, three task events and a hand-off to
 the pool) dominates tiny tasks. A batch pays it once for up to N ids; the pool child runs them one
-by one, each claimed, fenced, renewed, checkpointed and completed on its own, and pumps once at the
-end. Nothing of a batch is stranded:
+by one, each claimed, fenced, renewed, checkpointed and completed on its own, and refills the window
+once, with the last id (in its completion's script, or a pump). Nothing of a batch is stranded:
 
 * the ids a child did not reach when it stopped (SIGTERM of a graceful shutdown) are sent again at
   once in a new message, before the child returns;
@@ -35,14 +35,19 @@ def run_batch(spec: DurableTask, celery_task: Any, task_ids: list[str]) -> list[
     outcomes: list[Outcome] = []
     stop = stop_handler()
     rt = services()
+    last = len(task_ids) - 1
     for position, task_id in enumerate(task_ids):
         if stop.stop_requested:
             left = task_ids[position:]
             sent = resend_waiting(celery_task.app, rt, left)
             log.warning("batch stopped before %d task(s): %d sent again", len(left), sent)
+            pump_quietly(celery_task.app, rt)
             break
-        outcomes.append(run_message(spec, celery_task, task_id, refill=False))
-    pump_quietly(celery_task.app, rt)
+        # The last id refills the window (in its completion's script when it completes).
+        outcome = run_message(spec, celery_task, task_id, refill=position == last)
+        outcomes.append(outcome)
+        if position == last and outcome.kind == "dropped":
+            pump_quietly(celery_task.app, rt)  # a dropped id refills nothing; the batch still does
     return outcomes
 
 

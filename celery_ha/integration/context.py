@@ -17,7 +17,7 @@ from celery_ha.base.validation import MAX_ITEM_BYTES, check_item_key, dumps_capp
 from celery_ha.fetch.process_fetcher import process_fetcher
 from celery_ha.integration.services import Services
 from celery_ha.integration.task_spec import DurableTask
-from celery_ha.state import Lease, TaskInfo
+from celery_ha.state import Dispatched, Lease, TaskInfo
 from celery_ha.state.sink import item_key
 
 #: Buffered items are committed (without a checkpoint) once this many are pending.
@@ -153,6 +153,21 @@ class DurableContext:
         if self._children:
             self._rt.queue.enqueue_many(self._children)
             self._children = []
+
+    def _complete(self, window: int | None, redispatch_after: float) -> list[Dispatched] | None:
+        """Write the buffered children, then store the buffered items, complete the task and (with
+        ``window``) refill the broker window in one fenced script. Returns the tasks to send, or None
+        when the window was not refilled (the caller pumps)."""
+        self._flush_children()
+        try:
+            added, dispatched = self._rt.queue.complete_and_dispatch(
+                self.lease, self._items, window=window, redispatch_after=redispatch_after)
+        except LeaseLost as exc:
+            self.mark_lost(str(exc))
+            raise
+        self.committed += added
+        self._items = []
+        return dispatched
 
     def _commit(self, checkpoint: dict[str, Any] | None) -> None:
         self._flush_children()

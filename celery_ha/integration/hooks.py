@@ -8,7 +8,8 @@ TTL and the sweep cover whatever a hook could not do.
   state Redis that may evict keys (unless ``CELERY_HA_ALLOW_EVICTION=1``).
 - ``beat_init``: warn when the state Redis may evict keys.
 - ``worker_process_init`` (pool child): start the lease keeper, registering the child at once.
-- ``worker_process_shutdown`` (pool child): leave the worker registry.
+- ``worker_process_shutdown`` (pool child): send the refill messages still queued, leave the
+  worker registry.
 - ``worker_ready``: register the task names this node runs; fill the window at once.
 - ``task_failure``: fast failover when a pool child died.
 - ``task_unknown``: a message for a task name this worker does not know counts a failed attempt.
@@ -32,6 +33,7 @@ from celery_ha.integration.child_reaper import FastChildReaper
 from celery_ha.integration.failover import on_child_lost
 from celery_ha.integration.lease_keeper import keeper
 from celery_ha.integration.pump import pump_quietly
+from celery_ha.integration.sender import flush_sends
 from celery_ha.integration.services import services, set_node
 from celery_ha.integration.shutdown import GracefulShutdown
 from celery_ha.integration.task_spec import REGISTRY
@@ -109,6 +111,7 @@ class WorkerHooks:
         keeper(self.app).tick()
 
     def worker_process_shutdown(self, **_: Any) -> None:
+        flush_sends()  # the refill messages still queued in this child go out before it exits
         rt = services()
         unregister(rt.client, rt.settings.namespace, rt.worker_name)
 
@@ -134,4 +137,5 @@ class WorkerHooks:
         self.shutdown.begin(services())
 
     def worker_shutdown(self, **_: Any) -> None:
+        flush_sends()  # a solo or threads pool ran its tasks (and their sender) in this process
         self.shutdown.finish(services())

@@ -5,9 +5,11 @@ promotes due retries, and hands back dispatched tasks nobody claimed within ``re
 the pump then sends exactly one Celery message per returned id, on the namespace's broker queue.
 Messages carry only the task id.
 
-Called after every task completion or failure, by the failover handler, by beat's sweep and by the
-worker watchdog. It is safe to call from many processes at once: dispatch is atomic, and a
-duplicate message is dropped by the claim.
+Called after every task failure or hand-back, by the failover handler, by beat's sweep and by the
+worker watchdog. A completion refills the window in its own script (``complete_dispatch.lua``, the
+same fill as ``dispatch.lua``) and only sends what that returned (``integration/sender.py``). Safe
+to call from many processes at once: dispatch is atomic, and a duplicate message is dropped by the
+claim.
 """
 
 from __future__ import annotations
@@ -124,6 +126,19 @@ def resend_waiting(app: Any, rt: Services, task_ids: list[str]) -> int:
     waiting = [Dispatched(info.id, info.task, info.priority, False)
                for info in rt.queue.get_many(task_ids) if info is not None and info.state == "dispatched"]
     return send(app, rt.settings.namespace, waiting, rt.settings) if waiting else 0
+
+
+def refill_window(rt: Services) -> int | None:
+    """The window a completion refills in its own script (``complete_and_dispatch``), or None to
+    leave the refill to a pump: a sharded namespace (its window spans every shard), or a window that
+    could not be read now (a Redis error here must not fail a task that ran)."""
+    if rt.queue.shard_count > 1:
+        return None
+    try:
+        return effective_window(rt.queue, rt.settings)
+    except Exception as exc:
+        log.warning("could not read the window (the pump after the task tries again): %s", exc)
+        return None
 
 
 def pump_quietly(app: Any, rt: Services, redispatch_after: float | None = None) -> int:

@@ -4,7 +4,9 @@ Claim in Redis (``None`` = duplicate or stale message: ack and drop), hand the f
 :class:`DurableContext`, keep the lease renewed from the lease keeper thread, then complete the task,
 fail it (retry with backoff, or dead) or hand it back (shutdown, soft time limit after progress).
 Execution is at-least-once: a crash re-runs the task from its last checkpoint, and the keyed sink
-ignores what was already stored. Every outcome refills the broker window.
+ignores what was already stored. Every outcome refills the broker window: a completion in its own
+script (items, completion and refill in one round trip; the messages go out from a background
+thread, ``integration/sender.py``), any other outcome through the pump.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from celery_ha.integration.context import DurableContext
 from celery_ha.integration.graceful_stop import stop_handler
 from celery_ha.integration.infrastructure import is_infrastructure_error, with_patience
 from celery_ha.integration.lease_keeper import keeper
-from celery_ha.integration.pump import pump_quietly
+from celery_ha.integration.pump import pump_quietly, refill_window
+from celery_ha.integration.sender import send_soon
 from celery_ha.integration.services import Services, services, set_node
 from celery_ha.integration.task_errors import GracefulStop, is_permanent
 from celery_ha.integration.task_spec import DurableTask
+from celery_ha.state import Dispatched
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +57,7 @@ class Outcome:
 
 def run_message(spec: DurableTask, celery_task: Any, task_id: str, *, refill: bool = True) -> Outcome:
     """Execute durable task ``task_id`` for one Celery message; returns the outcome. ``refill``
-    pumps afterwards (a batch pumps once, after its last task)."""
+    refills the window afterwards (a batch refills once, after its last task)."""
     hostname = getattr(getattr(celery_task, "request", None), "hostname", None)
     if hostname:
         set_node(hostname)
@@ -77,13 +81,14 @@ def run_message(spec: DurableTask, celery_task: Any, task_id: str, *, refill: bo
     ctx = DurableContext(lease, rt, spec)
     keep.track(ctx)
     outcome = Outcome("completed", task_id, lease.task.url)
+    dispatched: list[Dispatched] | None = None  # what the completion's own refill dispatched
     try:
         with stop.running(ctx):
             with stop.user_code():
                 spec.fn(ctx)
             ctx.check()
-            ctx._commit(None)
-            rt.queue.complete(lease)
+            # Last items + completion + window refill: one fenced script, one round trip.
+            dispatched = ctx._complete(refill_window(rt) if refill else None, rt.settings.redispatch_after)
     except LeaseLost as exc:
         outcome = Outcome("lost", task_id, lease.task.url, f"lease lost: {exc}")
         log.warning("task %s stopped, its lease is lost: %s", task_id, exc)
@@ -101,7 +106,9 @@ def run_message(spec: DurableTask, celery_task: Any, task_id: str, *, refill: bo
             outcome = _fail(ctx, rt, f"{type(exc).__name__}: {exc}", retry=not is_permanent(exc))
     finally:
         keep.untrack(ctx)
-    if refill:
+    if refill and dispatched is not None:
+        send_soon(celery_task.app, rt, dispatched)  # dispatched by the completion; sent off the critical path
+    elif refill:
         pump_quietly(celery_task.app, rt)  # refill the window (a handed-back task goes to another worker)
     return outcome
 

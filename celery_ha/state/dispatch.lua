@@ -1,6 +1,7 @@
 --[[ The pump: keep at most `window` tasks dispatched (sent to the broker, not yet claimed).
   1. promote due retries; 2. re-stamp dispatched tasks never claimed within redispatch_after_ms
-  (their message may be lost) and send them again; 3. move ready tasks to inflight up to the window.
+  (their message may be lost) and send them again; 3. move ready tasks to inflight up to the window
+  (fill_window, in _dispatch.lua: complete_dispatch.lua does the same after a completion).
   KEYS[1]  tasks
   KEYS[2]  readyp
   KEYS[3]  delayed
@@ -16,39 +17,5 @@
     possibly empty; the caller sends one Celery message each
 ]]
 --#include _common
-local now = now_ms()
-promote_due(now, ARGV[4])
-local out = {}
-local stale = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', fmt(now - tonumber(ARGV[3])), 'LIMIT', 0, 1000)
-for _, id in ipairs(stale) do
-  local st = load(id)
-  if st and st.s == 'd' then
-    redis.call('ZADD', K_INFLIGHT, fmt(now), id)
-    out[#out + 1] = id
-    out[#out + 1] = st.n
-    out[#out + 1] = st.p or '0'
-    out[#out + 1] = 1
-  else
-    redis.call('ZREM', K_INFLIGHT, id)
-  end
-end
-if #stale > 0 then incr('redispatched', #stale) end
-local room = tonumber(ARGV[2]) - redis.call('ZCARD', K_INFLIGHT)
-while room > 0 do
-  local id = pop_ready()
-  if not id then break end
-  local st, payload = load(id)
-  if st and st.s == 'q' then
-    st.s = 'd'
-    st.qt = st.qt or st.ut or st.ct -- its wait goes on in the broker: keep when it became ready
-    st.ut = fmt(now)
-    save(id, st, payload)
-    redis.call('ZADD', K_INFLIGHT, fmt(now), id)
-    out[#out + 1] = id
-    out[#out + 1] = st.n
-    out[#out + 1] = st.p or '0'
-    out[#out + 1] = 0
-    room = room - 1
-  end
-end
-return out
+--#include _dispatch
+return fill_window(now_ms(), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4])

@@ -23,11 +23,9 @@ from celery_ha.base.settings import Settings
 from celery_ha.base.validation import (
     MAX_CHECKPOINT_BYTES,
     MAX_ERROR_CHARS,
-    MAX_ITEM_BYTES,
     MAX_META_BYTES,
     MAX_NAME_CHARS,
     check_int,
-    check_item_key,
     check_namespace,
     check_number,
     check_seconds,
@@ -35,13 +33,13 @@ from celery_ha.base.validation import (
     check_text,
     clean_message,
     dumps_capped,
-    iter_many,
     shown,
 )
 from celery_ha.redisio.client import redis_client
 from celery_ha.redisio.cluster import is_cluster_client
 from celery_ha.redisio.replicas import replica_wait
 from celery_ha.redisio.scripts import ScriptSet
+from celery_ha.state.completion import MAX_TOKEN, CompletionOps, item_args, lease_ids
 from celery_ha.state.enqueue_args import MAX_BATCH, Row, RowDefaults, build_rows, grouped
 from celery_ha.state.ids import random_id
 from celery_ha.state.keys import QueueKeys
@@ -54,24 +52,13 @@ from celery_ha.state.shards import MAX_SHARDS, shard_keys
 
 _HERE = Path(__file__).parent
 _RELEASED = {"q": "queued", "x": "dead"}  # release.lua's success replies -> release()'s results
-_MAX_TOKEN = 2**53  # fencing tokens are Lua numbers (doubles): exact up to 2**53
 
 
 def _worker(worker: Any) -> str:
     return check_text("worker", worker, MAX_NAME_CHARS)
 
 
-def _held(lease: Any) -> tuple[str, int]:
-    """The (task id, token) of a lease from :meth:`TaskQueue.claim`; InvalidInput for anything else."""
-    if not isinstance(lease, Lease):
-        raise InvalidInput(f"lease must be a Lease from claim(), got {type(lease).__name__}")
-    token = lease.token
-    if type(token) is not int or not 0 < token <= _MAX_TOKEN:
-        raise InvalidInput(f"lease token must be a positive integer, got {shown(token)}")
-    return _task_id(lease.task_id), token
-
-
-class TaskQueue(QueueReads, OperatorOps):
+class TaskQueue(QueueReads, OperatorOps, CompletionOps):
     """Client of one namespace of the durable task layer.
 
     Safe to share between threads (redis-py pools connections). In a forked child, build a new one.
@@ -256,7 +243,7 @@ class TaskQueue(QueueReads, OperatorOps):
 
     def renew(self, lease: Lease, ttl: float | None = None) -> Lease:
         """Extend the lease; raise LeaseLost if it is no longer the task's current lease."""
-        task_id, token = _held(lease)
+        task_id, token = lease_ids(lease)
         expiry = self._run("renew", task_id, token, self._ttl_ms(ttl), shard=self._of(task_id))
         if refused(expiry):
             raise_for(expiry, task_id, token)
@@ -265,7 +252,7 @@ class TaskQueue(QueueReads, OperatorOps):
 
     def save_checkpoint(self, lease: Lease, checkpoint: Mapping[str, Any]) -> None:
         """Store the task's resume point (JSON object, capped) under the lease."""
-        task_id, token = _held(lease)
+        task_id, token = lease_ids(lease)
         text = dumps_capped("checkpoint", checkpoint, self.checkpoint_cap)
         reply = self._run("checkpoint", task_id, token, text, shard=self._of(task_id))
         if refused(reply):
@@ -279,16 +266,11 @@ class TaskQueue(QueueReads, OperatorOps):
         A key the sink already holds is ignored, so re-running a page never doubles its output.
         Returns how many items were new; raises LeaseLost (and writes nothing) if the lease is lost.
         """
-        task_id, token = _held(lease)
+        task_id, token = lease_ids(lease)
         args: list[Any] = [task_id, token,
                            "" if checkpoint is None else dumps_capped("checkpoint", checkpoint,
                                                                       self.checkpoint_cap)]
-        pairs = iter_many("items ((key, item) pairs)", items)
-        for pair in pairs:
-            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-                raise InvalidInput(f"each item must be a (key, item) pair, got {type(pair).__name__}")
-            key, item = pair
-            args += [check_item_key(key), dumps_capped("item", item, MAX_ITEM_BYTES)]
+        args += item_args(items)
         shard = self._of(task_id)
         k = self._shards[shard]
         added = self._run("commit", *args, keys=[*self._key_lists[shard], k.items, k.item_log], shard=shard)
@@ -300,7 +282,7 @@ class TaskQueue(QueueReads, OperatorOps):
 
     def complete(self, lease: Lease) -> None:
         """Mark the task completed (clears its checkpoint); LeaseLost if the lease is not current."""
-        task_id, token = _held(lease)
+        task_id, token = lease_ids(lease)
         reply = self._run("complete", task_id, token, self.history_max, int(self.history_age * 1000),
                           shard=self._of(task_id))
         if refused(reply):
@@ -311,7 +293,7 @@ class TaskQueue(QueueReads, OperatorOps):
         """Complete ``lease``'s task and claim the next queued one in the same script: one round trip
         per task for a busy standalone worker. Returns the next lease, or None when the queue is empty;
         raises LeaseLost (and changes nothing) if ``lease`` is not current."""
-        task_id, token = _held(lease)
+        task_id, token = lease_ids(lease)
         worker = _worker(lease.worker if worker is None else worker)
         reply = self._run("complete_next", task_id, token, self.history_max, int(self.history_age * 1000),
                           worker, self._ttl_ms(ttl), 100, shard=self._of(task_id))
@@ -324,7 +306,7 @@ class TaskQueue(QueueReads, OperatorOps):
     def fail(self, lease: Lease, error: str, retry: bool = True) -> str:
         """Record a failed attempt: 'retry' (back to delayed with backoff) or 'dead'; LeaseLost
         (nothing recorded) if the lease is not current."""
-        task_id, token = _held(lease)
+        task_id, token = lease_ids(lease)
         reply = self._run("fail", task_id, token, clean_message(error, MAX_ERROR_CHARS),
                           "1" if retry else "0", int(self.backoff_base * 1000), int(self.backoff_cap * 1000),
                           shard=self._of(task_id))
@@ -342,7 +324,7 @@ class TaskQueue(QueueReads, OperatorOps):
         """
         task_id = _task_id(task_id)
         if token is not None:
-            check_int("token", token, 1, _MAX_TOKEN)
+            check_int("token", token, 1, MAX_TOKEN)
         if worker is not None:
             _worker(worker)
         reply = self._run("release", task_id, "" if token is None else token, worker or "",

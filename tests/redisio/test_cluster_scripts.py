@@ -177,6 +177,9 @@ def _run_every_script(url: str) -> None:
     nxt = q.complete_and_claim(lease)  # complete_next
     assert nxt is not None
     q.complete(nxt)  # complete
+    fourth = q.claim(sent[1].task_id, "w1")
+    assert fourth is not None
+    assert q.complete_and_dispatch(fourth, [("k2", {"v": 2})], window=2)[0] == 1  # complete_dispatch
     held = q.claim_next("w1")  # claim_next
     assert held is not None
     assert q.fail(held, "boom", retry=False) == "dead"  # fail

@@ -1,0 +1,47 @@
+--[[ Shared include: the pump's window fill, used by dispatch.lua and complete_dispatch.lua (after
+  --#include _common, whose K_* keys, load/save, pop_ready and promote_due it uses).
+  Touches KEYS[1] tasks, KEYS[2] readyp, KEYS[3] delayed, KEYS[4] inflight, KEYS[10] stats, and the
+  ready lists r:<priority> named from ARGV[1] (same hash tag as KEYS[1]).
+  Defines: fill_window(now, window, redispatch_after_ms, promote_limit) -> flat list of {id, task
+  name, priority, resent} quadruples: 1. promote due retries; 2. re-stamp dispatched tasks never
+  claimed within redispatch_after_ms (their message may be lost), resent = 1; 3. move ready tasks to
+  inflight until `window` are dispatched, resent = 0. The caller sends one Celery message per id.
+]]
+
+local function fill_window(now, window, redispatch_after_ms, promote_limit)
+  promote_due(now, promote_limit)
+  local out = {}
+  local stale = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', fmt(now - redispatch_after_ms), 'LIMIT', 0, 1000)
+  for _, id in ipairs(stale) do
+    local st = load(id)
+    if st and st.s == 'd' then
+      redis.call('ZADD', K_INFLIGHT, fmt(now), id)
+      out[#out + 1] = id
+      out[#out + 1] = st.n
+      out[#out + 1] = st.p or '0'
+      out[#out + 1] = 1
+    else
+      redis.call('ZREM', K_INFLIGHT, id)
+    end
+  end
+  if #stale > 0 then incr('redispatched', #stale) end
+  local room = window - redis.call('ZCARD', K_INFLIGHT)
+  while room > 0 do
+    local id = pop_ready()
+    if not id then break end
+    local st, payload = load(id)
+    if st and st.s == 'q' then
+      st.s = 'd'
+      st.qt = st.qt or st.ut or st.ct -- its wait goes on in the broker: keep when it became ready
+      st.ut = fmt(now)
+      save(id, st, payload)
+      redis.call('ZADD', K_INFLIGHT, fmt(now), id)
+      out[#out + 1] = id
+      out[#out + 1] = st.n
+      out[#out + 1] = st.p or '0'
+      out[#out + 1] = 0
+      room = room - 1
+    end
+  end
+  return out
+end

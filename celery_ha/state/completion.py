@@ -1,0 +1,98 @@
+"""The Celery path's completion in one round trip: last items + complete + window refill.
+
+Through Celery a durable task used to end with three scripts after its run — ``commit`` (the items
+still buffered), ``complete``, and the pump's ``dispatch`` — each a round trip of its own, on top of
+Celery's. ``complete_dispatch.lua`` does all three in one atomic step under the lease's fencing
+token: a stale lease stores nothing, completes nothing and dispatches nothing. The refill is exactly
+``dispatch.lua``'s (both run ``fill_window`` of ``_dispatch.lua``), so the window, the redispatch of
+lost messages and the promotion of due retries keep their accounting.
+
+A mixin of :class:`celery_ha.state.taskqueue.TaskQueue` (which sets the attributes declared below),
+in a module of its own so the transitions module stays small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from celery_ha.base.errors import InvalidInput
+from celery_ha.base.validation import (
+    MAX_ITEM_BYTES,
+    check_int,
+    check_item_key,
+    check_number,
+    dumps_capped,
+    iter_many,
+    shown,
+)
+from celery_ha.state.enqueue_args import MAX_BATCH
+from celery_ha.state.keys import QueueKeys
+from celery_ha.state.queue_reads import _task_id
+from celery_ha.state.records import Dispatched, Lease
+from celery_ha.state.replies import dispatched_from, raise_for, refused
+
+MAX_TOKEN = 2**53  # fencing tokens are Lua numbers (doubles): exact up to 2**53
+
+
+def lease_ids(lease: Any) -> tuple[str, int]:
+    """The (task id, token) of a lease from a claim; InvalidInput for anything else (the same checks
+    as every other fenced call: the token goes to Lua as a number)."""
+    if not isinstance(lease, Lease):
+        raise InvalidInput(f"lease must be a Lease from claim(), got {type(lease).__name__}")
+    token = lease.token
+    if type(token) is not int or not 0 < token <= MAX_TOKEN:
+        raise InvalidInput(f"lease token must be a positive integer, got {shown(token)}")
+    return _task_id(lease.task_id), token
+
+
+def item_args(items: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """Validated ``key, item JSON, …`` script arguments of keyed output items (as ``commit``'s)."""
+    args: list[str] = []
+    for pair in iter_many("items ((key, item) pairs)", items):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise InvalidInput(f"each item must be a (key, item) pair, got {type(pair).__name__}")
+        key, item = pair
+        args += [check_item_key(key), dumps_capped("item", item, MAX_ITEM_BYTES)]
+    return args
+
+
+class CompletionOps:
+    """``complete_and_dispatch``; :class:`TaskQueue` provides the attributes and methods below."""
+
+    shard_count: int
+    history_max: int
+    history_age: float
+    _shards: list[QueueKeys]
+    _key_lists: list[list[str]]
+
+    _run: Callable[..., Any]
+    _of: Callable[[str], int]
+
+    def complete_and_dispatch(self, lease: Lease, items: Iterable[tuple[str, Mapping[str, Any]]] = (),
+                              *, window: int | None = None, redispatch_after: float = 60.0,
+                              promote_limit: int = 1000) -> tuple[int, list[Dispatched] | None]:
+        """Store ``items`` (keyed, as :meth:`commit`), complete the task, and with ``window`` move up
+        to ``window - dispatched`` ready tasks to dispatched (as :meth:`dispatch`), in one fenced
+        script: one round trip instead of three.
+
+        Returns (new items, the dispatched tasks to send one broker message each). The list is None
+        when no refill happened: ``window`` None, or a sharded namespace (its window spans every
+        shard, which one shard's script cannot see: the caller then pumps with :meth:`dispatch`).
+        Raises LeaseLost, having written and moved nothing, if the lease is not current.
+        """
+        task_id, token = lease_ids(lease)
+        args = item_args(items)
+        refill = window is not None and self.shard_count == 1
+        window_arg: int | str = check_int("window", window, 0, 1_000_000) if refill else ""
+        after_ms = int(check_number("redispatch_after", redispatch_after, 0, 30 * 86_400, "seconds") * 1000)
+        limit = check_int("promote_limit", promote_limit, 1, MAX_BATCH)
+        shard = self._of(task_id)
+        k = self._shards[shard]
+        reply = self._run("complete_dispatch", task_id, token, self.history_max, int(self.history_age * 1000),
+                          window_arg, after_ms, limit, *args,
+                          keys=[*self._key_lists[shard], k.items, k.item_log], shard=shard)
+        if refused(reply):
+            raise_for(reply, task_id, token)
+        added, flat = reply
+        return int(added), dispatched_from(flat) if refill else None

@@ -1,0 +1,161 @@
+"""The refill path of a completion: one script completes and dispatches, a background thread sends."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from celery_ha import LeaseLost
+from celery_ha.base.settings import Settings
+from celery_ha.integration import sender as snd
+from celery_ha.integration import services as svc
+from celery_ha.integration.context import DurableContext
+from celery_ha.integration.runner import run_message
+from celery_ha.integration.services import Services
+from celery_ha.integration.task_spec import DurableTask
+from celery_ha.redisio.client import redis_client
+from celery_ha.state import Dispatched, TaskQueue
+from tests.support.invariants import check_invariants
+
+
+class Recorder:
+    """Enough of a Celery app for ``pump.send``: records each message; ``gate`` can hold a publish."""
+
+    def __init__(self, fail_first: int = 0) -> None:
+        self.sent: list[list[str]] = []
+        self.threads: set[str] = set()
+        self.fail_first = fail_first
+        self.gate = threading.Event()
+        self.gate.set()
+        self.conf = SimpleNamespace(broker_url="memory://", broker_transport_options={})
+
+    def send_task(self, name: str, args: list[str], **options: Any) -> None:
+        self.gate.wait(10)
+        self.threads.add(threading.current_thread().name)
+        if self.fail_first:
+            self.fail_first -= 1
+            raise ConnectionError("broker away")
+        self.sent.append(list(args))
+
+
+@pytest.fixture
+def rt(redis_url: str) -> Iterator[Services]:
+    settings = Settings(redis_url=redis_url, namespace="snd", lease_ttl=5, heartbeat_interval=1, window=3)
+    client = redis_client(redis_url)
+    runtime = Services(settings=settings, redis_url=redis_url, client=client,
+                       queue=TaskQueue(client, "snd", lease_ttl=5))
+    svc._services.set(runtime)
+    svc.set_node("snd@host")
+    yield runtime
+    assert snd.flush_sends(10)
+    svc.reset_services()
+
+
+def _batch(*ids: str) -> list[Dispatched]:
+    return [Dispatched(i, "fetch_page", 0, False) for i in ids]
+
+
+def test_batches_go_out_in_order_from_the_sender_thread(rt: Services) -> None:
+    app = Recorder()
+    snd.send_soon(app, rt, _batch("a"))
+    snd.send_soon(app, rt, _batch("b", "c"))
+    snd.send_soon(app, rt, [])  # nothing to send: no message
+    assert snd.flush_sends(10)
+    assert app.sent == [["a"], ["b"], ["c"]]
+    assert app.threads == {"celery-ha-sender"}
+
+
+def test_a_failed_publish_is_logged_and_the_thread_goes_on(rt: Services,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    app = Recorder(fail_first=1)
+    with caplog.at_level(logging.WARNING, logger="celery_ha.integration.sender"):
+        snd.send_soon(app, rt, _batch("lost"))
+        snd.send_soon(app, rt, _batch("next"))
+        assert snd.flush_sends(10)
+    assert app.sent == [["next"]]
+    assert "sending 1 dispatched task(s) failed" in caplog.text
+
+
+def test_flush_waits_for_a_publish_in_progress_and_times_out(rt: Services) -> None:
+    app = Recorder()
+    app.gate.clear()  # the publish blocks (a broker that hangs)
+    snd.send_soon(app, rt, _batch("slow"))
+    assert not snd.flush_sends(0.2)
+    app.gate.set()
+    assert snd.flush_sends(10) and app.sent == [["slow"]]
+
+
+def test_a_full_sender_queue_leaves_the_batch_to_redispatch(rt: Services, monkeypatch: pytest.MonkeyPatch,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(snd, "MAX_PENDING", 1)
+    app = Recorder()
+    app.gate.clear()
+    snd.send_soon(app, rt, _batch("first"))  # taken by the thread, blocked in the publish
+    assert not snd.flush_sends(0.2)
+    snd.send_soon(app, rt, _batch("queued"))
+    with caplog.at_level(logging.WARNING, logger="celery_ha.integration.sender"):
+        snd.send_soon(app, rt, _batch("dropped"))
+    assert "sender queue full" in caplog.text
+    app.gate.set()
+    assert snd.flush_sends(10)
+    assert app.sent == [["first"], ["queued"]]
+
+
+def test_a_completion_refills_the_window_in_its_script_and_sends_off_the_task(rt: Services,
+                                                                               r: Any) -> None:
+    """The runner's completion dispatches up to the window in the same script and the messages go
+    out from the sender thread: the window holds, every queued task is sent exactly once."""
+    q = rt.queue
+    app = Recorder()
+    task = SimpleNamespace(app=app, request=SimpleNamespace(hostname="snd@host"))
+    spec = DurableTask(name="fetch_page", fn=lambda ctx: ctx.emit({"u": ctx.url}, key=ctx.url))
+    ids = q.enqueue_many([f"http://example.test/{i}" for i in range(8)])
+    first = [d.task_id for d in q.dispatch(3)]
+    assert first == ids[:3]
+    done: list[str] = []
+    for tid in first:
+        assert run_message(spec, task, tid).kind == "completed"
+        done.append(tid)
+    assert snd.flush_sends(10)
+    assert [m[0] for m in app.sent] == ids[3:6]  # one freed place per claim, refilled at completion
+    assert q.stats()["dispatched"] == 3
+    check_invariants(r, q)
+    assert app.threads == {"celery-ha-sender"}
+    while app.sent:
+        tid = app.sent.pop(0)[0]
+        assert run_message(spec, task, tid).kind == "completed"
+        assert snd.flush_sends(10)
+    s = q.stats()
+    assert (s["completed"], s["dispatched"], s["queued"], s["items"]) == (8, 0, 0, 8)
+
+
+def test_without_refill_the_completion_dispatches_nothing(rt: Services) -> None:
+    """A batch's ids before its last complete without a refill (the last one refills)."""
+    q = rt.queue
+    app = Recorder()
+    task = SimpleNamespace(app=app, request=SimpleNamespace(hostname="snd@host"))
+    spec = DurableTask(name="fetch_page", fn=lambda ctx: None)
+    ids = q.enqueue_many([f"http://example.test/{i}" for i in range(4)])
+    q.dispatch(1)
+    assert run_message(spec, task, ids[0], refill=False).kind == "completed"
+    assert snd.flush_sends(10) and app.sent == []
+    assert q.stats()["dispatched"] == 0
+
+
+def test_context_complete_marks_a_stale_lease_lost(rt: Services) -> None:
+    q = rt.queue
+    tid = q.enqueue("http://example.test/a")
+    lease = q.claim_next("w", ttl=0.05)
+    ctx = DurableContext(lease, rt, DurableTask(name="fetch_page", fn=lambda c: None))
+    ctx.emit({"v": 1}, key="k")
+    time.sleep(0.1)
+    assert q.reclaim_expired() == 1
+    with pytest.raises(LeaseLost):
+        ctx._complete(3, 60.0)
+    assert ctx.lost and q.get(tid).state == "queued" and q.stats()["dispatched"] == 0

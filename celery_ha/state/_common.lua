@@ -24,7 +24,8 @@
   Defines: the K_* keys and PREFIX; fmt, decode, load, encode, save (records); ready_key, push_ready,
   pop_ready, unready, band_batch, band_add, band_flush (ready lists); hist_bucket, observe (histograms);
   incr, wake, promote_due, to_dead,
-  stall, fenced, grant, claim_best, trim_history, complete_task (transitions); and, from the includes
+  stall, fenced, grant, claim_best, trim_history, complete_task (transitions); store_items (the sink);
+  and, from the includes
   below, now_ms and now_us_score (clock), the R_* refusal codes and refusal_in (_replies), and the
   same_slot check that ARGV[1] carries the hash tag of KEYS[1].
 ]]
@@ -306,4 +307,20 @@ local function complete_task(id, token, hmax, hage, now)
   local period = math.max(1, math.min(16, math.floor(hmax / 64)))
   if incr('completed', 1) % period == 0 then trim_history(hmax, hage, now) end
   return true
+end
+
+-- Store the keyed output items from ARGV position `from` on (key, item JSON pairs) in the sink: its
+-- items hash and item log are the 13th and 14th keys of the scripts that call it. A key the sink
+-- holds already is ignored, so a re-run never doubles an output. Returns how many were new.
+local function store_items(from)
+  local added = 0
+  for i = from, #ARGV, 2 do
+    if redis.call('HSETNX', KEYS[13], ARGV[i], ARGV[i + 1]) == 1 then
+      redis.call('RPUSH', KEYS[14], ARGV[i])
+      added = added + 1
+    end
+  end
+  incr('items', added)
+  incr('items_duplicate', (#ARGV - from + 1) / 2 - added)
+  return added
 end

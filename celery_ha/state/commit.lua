@@ -16,14 +16,6 @@
 --#include _common
 local _, _, refusal = fenced(ARGV[2], ARGV[3])
 if refusal then return refusal end
-local added = 0
-for i = 5, #ARGV, 2 do
-  if redis.call('HSETNX', KEYS[13], ARGV[i], ARGV[i + 1]) == 1 then
-    redis.call('RPUSH', KEYS[14], ARGV[i])
-    added = added + 1
-  end
-end
+local added = store_items(5)
 if ARGV[4] ~= '' then redis.call('HSET', K_CKPT, ARGV[2], ARGV[4]) end
-incr('items', added)
-incr('items_duplicate', (#ARGV - 4) / 2 - added)
 return added

@@ -38,14 +38,7 @@ if #ARGV > 8 then
   -- letting a completion that began with a ZREM write on past the limit. Fenced before any write.
   local _, _, refusal = fenced(ARGV[2], ARGV[3])
   if refusal then return refusal end
-  for i = 9, #ARGV, 2 do
-    if redis.call('HSETNX', KEYS[13], ARGV[i], ARGV[i + 1]) == 1 then
-      redis.call('RPUSH', KEYS[14], ARGV[i])
-      added = added + 1
-    end
-  end
-  incr('items', added)
-  incr('items_duplicate', (#ARGV - 8) / 2 - added)
+  added = store_items(9)
 end
 local done = complete_task(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), now)
 if done ~= true then return done end -- only without items: fenced() above already passed

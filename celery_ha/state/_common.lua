@@ -290,10 +290,16 @@ end
 -- Complete a task under its lease. Returns true, or the refusal code of fenced() (nothing written).
 -- The completed history is bounded: every `period`-th completion (period = history_max / 64, between
 -- 1 and 16) trims it, so it holds at most history_max + period records; dedup remembers finished ids
--- in the lean `done` sorted set, with the completion time that dedup expiry compares.
-local function complete_task(id, token, hmax, hage, now)
-  local st, payload, refusal = fenced(id, token)
-  if refusal then return refusal end
+-- in the lean `done` sorted set, with the completion time that dedup expiry compares. A caller that
+-- already passed fenced() hands its (st, payload) in `held`, so the record is not read twice.
+local function complete_task(id, token, hmax, hage, now, held)
+  local st, payload, refusal
+  if held then
+    st, payload = held[1], held[2]
+  else
+    st, payload, refusal = fenced(id, token)
+    if refusal then return refusal end
+  end
   redis.call('ZREM', K_RUNNING, id)
   redis.call('HDEL', K_CKPT, id)
   observe('r', st.n, st.ut, now) -- st.ut is the claim time: nothing else moves it while running

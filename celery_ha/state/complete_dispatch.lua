@@ -31,16 +31,18 @@
 --#include _common
 --#include _dispatch
 local now = now_ms()
-local added = 0
+local added, held = 0, nil
 if #ARGV > 8 then
   -- Items first, as commit.lua: HSETNX is then the script's first write, so a Redis over maxmemory
   -- refuses the whole step (OOM, nothing written: the runner hands the task back) rather than
-  -- letting a completion that began with a ZREM write on past the limit. Fenced before any write.
-  local _, _, refusal = fenced(ARGV[2], ARGV[3])
+  -- letting a completion that began with a ZREM write on past the limit. Fenced before any write;
+  -- the record it read is handed to complete_task (storing items does not touch it).
+  local st, payload, refusal = fenced(ARGV[2], ARGV[3])
   if refusal then return refusal end
   added = store_items(9)
+  held = {st, payload}
 end
-local done = complete_task(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), now)
+local done = complete_task(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), now, held)
 if done ~= true then return done end -- only without items: fenced() above already passed
 if ARGV[6] == '' then return {added, {}} end
 return {added, fill_window(now, tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8])}

@@ -33,6 +33,7 @@ from celery_ha.base.validation import (
     check_text,
     clean_message,
     dumps_capped,
+    parse_duration,
     shown,
 )
 from celery_ha.redisio.client import redis_client
@@ -103,8 +104,8 @@ class TaskQueue(QueueReads, OperatorOps, CompletionOps):
         self.checkpoint_cap = check_int("checkpoint_cap", checkpoint_cap, 2, MAX_CHECKPOINT_BYTES)
         self.meta_cap = check_int("meta_cap", meta_cap, 2, MAX_META_BYTES)
         self.default_task = check_task_name(default_task)
-        expiry_ms(dedup_ttl)  # checked here; None = finished dedup ids stay duplicates forever
-        self.dedup_ttl = None if dedup_ttl is None else float(dedup_ttl)
+        # Seconds or a duration ("7d"); None = finished dedup ids stay duplicates forever.
+        self.dedup_ttl = None if dedup_ttl is None else parse_duration(dedup_ttl, "dedup_ttl")
         # With min_replicas, every transition waits (bounded) until that many replicas hold it.
         self._scripts = ScriptSet(client, _HERE, wait=replica_wait(
             check_int("min_replicas", min_replicas, 0, 16),

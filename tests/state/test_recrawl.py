@@ -92,8 +92,10 @@ def test_the_queue_default_window_comes_from_the_dedup_ttl(redis_url: str) -> No
     _run_once(q)
     assert q.enqueue_many_with_status([URL]) == [(tid, True)]
     assert q.enqueue_many_with_status([URL]) == [(tid, False)]  # queued now: a live duplicate
-    with pytest.raises(InvalidInput):
-        TaskQueue(client, "rc1", dedup_ttl=-5)
+    assert TaskQueue(client, "rc1", dedup_ttl="7d").dedup_ttl == 604800  # a duration, as the setting
+    for bad in (-5, "soon", True):
+        with pytest.raises(InvalidInput):
+            TaskQueue(client, "rc1", dedup_ttl=bad)
     with pytest.raises(InvalidInput):
         q.enqueue(URL, recrawl_after="soon")
 

@@ -25,8 +25,8 @@ RECRAWL_RESULTS = {"1": "queued", "0": "not completed", "?": "unknown"}
 NEVER = -1  # the scripts' "no expiry"
 
 
-def expiry_ms(seconds: float | None, what: str = "dedup_ttl") -> int:
-    """A dedup expiry in whole ms for the scripts; None (never) -> -1."""
+def expiry_ms(seconds: float | str | None, what: str = "dedup_ttl") -> int:
+    """A dedup expiry (seconds, or a duration such as "7d") in whole ms for the scripts; None -> -1."""
     return NEVER if seconds is None else int(parse_duration(seconds, what) * 1000)
 
 

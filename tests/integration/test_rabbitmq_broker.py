@@ -49,7 +49,8 @@ def rabbit_cluster(make_cluster, amqp_url: str) -> Iterator:  # noqa: F811
 def test_a_crawl_on_rabbitmq_survives_a_killed_child_exactly_once(rabbit_cluster, site) -> None:  # noqa: F811
     cluster = rabbit_cluster
     site.total, site.page_size = 60, 5  # 12 list pages, 60 detail pages
-    site.delays["/case/"] = 0.02
+    # Pages take long enough that the holder read below is still running the task when it is killed.
+    site.delays["/case/"] = 0.3
     cluster.worker("w1", concurrency=2)
     cluster.worker("w2", concurrency=2)
     tid = cluster.q.enqueue(site.list_url(), task="crawl_list", priority=5)

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.slow
 def test_a_crawl_on_a_cluster_survives_a_killed_child_exactly_once(
         make_cluster, site, cluster_url: str, redis_cluster: RedisClusterGroup) -> None:
     site.total, site.page_size = 100, 5  # 20 list pages, 100 detail pages
-    site.delays["/case/"] = 0.02
+    # Pages take long enough that a task read as running is still running when its child is killed.
+    site.delays["/case/"] = 0.3
     cluster = make_cluster(state_url=cluster_url, CELERY_HA_LEASE_TTL="5", CELERY_HA_HEARTBEAT_INTERVAL="1",
                            CELERY_HA_SHARDS="3")
     cluster.q = TaskQueue(cluster.r, cluster.namespace, lease_ttl=5, shards=3)

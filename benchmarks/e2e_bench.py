@@ -11,6 +11,9 @@ acks_late, prefetch 1, JSON, task events on), rounds alternating plain / durable
 ``--baseline-rev REV`` adds a ``baseline`` system: durable tasks run by a worker on ``git archive REV``
 (its ``celery_ha``, ``celeryconfig.py`` and ``tasks``, with this tree's ``benchmarks/e2e_durable.py``),
 in the same rounds, so a change's before / after is two ratios to plain Celery from one run.
+``--plain-reuse`` adds ``plain+reuse``: plain Celery whose kombu reuses its Redis clients as celery-ha's
+worker does (``celery_ha/integration/kombu_client_reuse.py``), so the durable layer's own cost shows
+with that gain set aside. Every ratio is to ``plain``, plain Celery as it ships.
 
 Kinds: ``noop`` (the task does nothing: the orchestration's own cost) and ``page`` (GET of a local
 page, parse its title, store one item). A round times submission to the last completion: plain Celery
@@ -18,7 +21,9 @@ gets its N messages sent at once; durable tasks are enqueued in one call and pum
 window. Per task, from the server's INFO deltas over the round: ``reads`` (``total_reads_processed``:
 one per request a client sent, a pipeline being one, so round trips) and ``commands``
 (``total_commands_processed``: commands inside Lua scripts included). The plain tasks add one INCR each
-so the bench can see them finish; the durable ones are watched through ``stats()``.
+so the bench can see them finish; the durable ones are watched through ``stats()``. And CPU ms per task
+of each role (``/proc`` utime + stime over the round): the worker's main process, its pool processes,
+the Redis server, the bench itself (sending plain Celery's messages, enqueueing and pumping durable ones).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from celery_ha.integration import kombu_client_reuse  # noqa: E402
 from celery_ha.runtime.redis_process import RedisProcess, free_port  # noqa: E402
 from celery_ha.state import TaskQueue  # noqa: E402
 
@@ -63,6 +69,29 @@ class _Page(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` (0 when it is gone), from ``/proc/PID/stat``."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Processes of process group ``pgid`` (a worker started in its own session: main + pool)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid:
+                pids.append(int(entry.name))
+    return pids
+
+
 def start_site() -> tuple[http.server.ThreadingHTTPServer, str]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Page)
     server.daemon_threads = True
@@ -78,6 +107,8 @@ class Bench:
         self.tmp = tmp
         self.r = redis.Redis.from_url(self.state_url, decode_responses=True)
         self.batch = 1
+        self.redis_pid = 0  # the server's pid, for its CPU per task
+        self.worker_pid = 0  # the running worker's main process (its pool: the rest of its group)
         self.roots: dict[str, Path] = {}  # system -> the source tree its worker runs (default ROOT)
         self.env = {**os.environ, "PYTHONPATH": str(ROOT), "BENCH_STATE_URL": self.state_url,
                     "BENCH_BROKER_URL": self.broker_url, "CELERY_HA_REDIS_URL": self.state_url,
@@ -86,9 +117,10 @@ class Bench:
 
     # ------------------------------------------------------------------ workers
     def worker(self, system: str, concurrency: int) -> subprocess.Popen[bytes]:
-        app = "benchmarks.e2e_plain" if system == "plain" else "celery_ha"
+        app = "benchmarks.e2e_plain" if system in PLAIN else "celery_ha"
         log = open(self.tmp / f"{system}-{concurrency}.log", "ab")
         env = {**self.env, "CELERY_HA_BATCH": str(self.batch)} if system == "batch" else self.env
+        env = {**env, "BENCH_PLAIN_REUSE": "1"} if system == "plain+reuse" else env
         root = self.roots.get(system, ROOT)
         env = {**env, "PYTHONPATH": str(root)}
         proc = subprocess.Popen([CELERY, "-A", app, "worker", "-P", "prefork", "-c", str(concurrency),
@@ -97,6 +129,7 @@ class Bench:
                                 cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         self._wait_ready(system, concurrency, proc)
+        self.worker_pid = proc.pid
         return proc
 
     def _wait_ready(self, system: str, concurrency: int, proc: subprocess.Popen[bytes]) -> None:
@@ -105,7 +138,7 @@ class Bench:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise RuntimeError(f"{system} worker exited (see {self.tmp})")
-            if system != "plain":  # durable, batch, baseline
+            if system not in PLAIN:  # durable, batch, baseline
                 if int(probe.zcard(f"cha:{{{NS}}}:workers")) >= concurrency:
                     return
             else:
@@ -126,6 +159,13 @@ class Bench:
         stats = self.r.info("stats")
         return int(stats["total_reads_processed"]), int(stats["total_commands_processed"])
 
+    def _cpu(self) -> dict[str, float]:
+        """CPU seconds so far of each role: the worker's main process, its pool, Redis, this bench."""
+        pool = [p for p in group_pids(self.worker_pid) if p != self.worker_pid]
+        own = os.times()
+        return {"main": cpu_seconds(self.worker_pid), "pool": sum(cpu_seconds(p) for p in pool),
+                "redis": cpu_seconds(self.redis_pid), "bench": own.user + own.system}
+
     def _reset(self) -> None:
         for db_url in (self.state_url, self.broker_url):
             client = redis.Redis.from_url(db_url)
@@ -139,8 +179,9 @@ class Bench:
         self._reset()
         urls = [f"{self.site}/p/{i}" for i in range(n)]
         reads0, cmds0 = self._info()
+        cpu0 = self._cpu()
         started = time.perf_counter()
-        if system == "plain":
+        if system in PLAIN:
             from benchmarks.e2e_plain import app
 
             name = "plain_noop" if kind == "noop" else "plain_page"
@@ -162,8 +203,10 @@ class Bench:
             self._wait(lambda: q.stats()["completed"] >= n)
         elapsed = time.perf_counter() - started
         reads1, cmds1 = self._info()
+        cpu1 = self._cpu()
         return {"seconds": elapsed, "rate": n / elapsed, "reads_per_task": (reads1 - reads0) / n,
-                "commands_per_task": (cmds1 - cmds0) / n}
+                "commands_per_task": (cmds1 - cmds0) / n,
+                **{f"cpu_ms_{role}": (cpu1[role] - cpu0[role]) * 1000 / n for role in cpu0}}
 
     @staticmethod
     def _wait(done: Any, timeout: float = 600) -> None:
@@ -172,6 +215,15 @@ class Bench:
             if time.monotonic() > deadline:
                 raise RuntimeError("round did not finish in time")
             time.sleep(0.01)
+
+
+PLAIN = ("plain", "plain+reuse")  # plain Celery workers; the second with celery-ha's kombu client reuse
+CPU_FIELDS = ("cpu_ms_main", "cpu_ms_pool", "cpu_ms_redis", "cpu_ms_bench")
+
+
+def cpu_line(row: dict[str, Any], system: str) -> str:
+    """CPU ms per task of each role for ``system``, e.g. ``main 0.52 pool 1.10 redis 0.41 bench 0.05``."""
+    return " ".join(f"{f.removeprefix('cpu_ms_')} {row[f'{system}_{f}']:.2f}" for f in CPU_FIELDS)
 
 
 def baseline_tree(rev: str, dest: Path) -> Path:
@@ -199,7 +251,13 @@ def main() -> None:
                         help="also run durable tasks with CELERY_HA_BATCH=N (the 'batch' columns)")
     parser.add_argument("--baseline-rev", metavar="REV",
                         help="also run durable tasks on this git revision (the 'baseline' columns)")
+    parser.add_argument("--plain-reuse", action="store_true",
+                        help="also run plain Celery with celery-ha's kombu client reuse (the "
+                             "'plain+reuse' rows: what the durable layer costs with that gain set aside)")
     args = parser.parse_args()
+    # This process sends plain Celery's messages and pumps the durable ones: one kombu for both, the
+    # one celery-ha's app installs when it is imported.
+    kombu_client_reuse.install()
     concurrencies = args.concurrency or ([2] if args.quick else [2, 4, 8])
     rounds = args.rounds or (1 if args.quick else 3)
     n = args.tasks or (500 if args.quick else 2000)
@@ -209,8 +267,11 @@ def main() -> None:
     server = RedisProcess(port=free_port(), data_dir=tmp / "redis", **options).start()
     site, site_url = start_site()
     bench = Bench(server.url, site_url, tmp)
+    bench.redis_pid = server.proc.pid if server.proc else 0
     bench.batch = max(1, args.batch)
     systems: tuple[str, ...] = ("plain", "durable", "batch") if args.batch > 1 else ("plain", "durable")
+    if args.plain_reuse:
+        systems += ("plain+reuse",)
     if args.baseline_rev:
         bench.roots["baseline"] = baseline_tree(args.baseline_rev, tmp / "baseline")
         systems += ("baseline",)
@@ -231,29 +292,24 @@ def main() -> None:
                             bench.r.unlink(f"cha:{{{NS}}}:workers")  # the next worker starts counted afresh
                 row: dict[str, Any] = {"kind": kind, "concurrency": c, "tasks": n, "rounds": rounds}
                 for system, runs in measured.items():
-                    for field in ("rate", "reads_per_task", "commands_per_task"):
+                    for field in ("rate", "reads_per_task", "commands_per_task", *CPU_FIELDS):
                         row[f"{system}_{field}"] = statistics.median(r[field] for r in runs)
-                ratios = [d["rate"] / p["rate"] for p, d in zip(measured["plain"], measured["durable"],
-                                                                 strict=True)]
-                row["ratio"] = statistics.median(ratios)
-                row["ratio_range"] = (min(ratios), max(ratios))
-                for extra in ("batch", "baseline"):
-                    if extra in measured:
-                        pairs = zip(measured["plain"], measured[extra], strict=True)
-                        row[f"{extra}_ratio"] = statistics.median(b["rate"] / p["rate"] for p, b in pairs)
+                for system in systems[1:]:
+                    ratios = [m["rate"] / p["rate"] for p, m in zip(measured["plain"], measured[system],
+                                                                     strict=True)]
+                    prefix = "" if system == "durable" else f"{system}_"
+                    row[f"{prefix}ratio"] = statistics.median(ratios)
+                    row[f"{prefix}ratio_range"] = (min(ratios), max(ratios))
                 results.append(row)
-                print(f"{kind:5} -c {c}: plain {row['plain_rate']:7.0f}/s  "
-                      f"durable {row['durable_rate']:7.0f}/s  "
-                      f"ratio {row['ratio']:.2f} ({min(ratios):.2f}-{max(ratios):.2f})  "
-                      f"reads/task {row['plain_reads_per_task']:.1f} vs {row['durable_reads_per_task']:.1f}  "
-                      f"commands/task {row['plain_commands_per_task']:.1f} vs "
-                      f"{row['durable_commands_per_task']:.1f}"
-                      + (f"  | batch {bench.batch}: {row['batch_rate']:7.0f}/s ratio {row['batch_ratio']:.2f}"
-                         f" reads/task {row['batch_reads_per_task']:.1f}" if "batch_ratio" in row else "")
-                      + (f"  | baseline {args.baseline_rev}: {row['baseline_rate']:7.0f}/s ratio "
-                         f"{row['baseline_ratio']:.2f} reads/task {row['baseline_reads_per_task']:.1f}"
-                         if "baseline_ratio" in row else ""),
-                      flush=True)
+                for system in systems:
+                    prefix = "" if system == "durable" else f"{system}_"
+                    ratio = "" if system == "plain" else (
+                        f"  x{row[f'{prefix}ratio']:.2f} ({row[f'{prefix}ratio_range'][0]:.2f}-"
+                        f"{row[f'{prefix}ratio_range'][1]:.2f})")
+                    print(f"{kind:5} -c {c} {system:11} {row[f'{system}_rate']:7.0f}/s{ratio:20}"
+                          f"  reads/task {row[f'{system}_reads_per_task']:4.1f}"
+                          f"  commands/task {row[f'{system}_commands_per_task']:5.1f}"
+                          f"  CPU ms/task {cpu_line(row, system)}", flush=True)
     finally:
         site.shutdown()
         server.stop()

@@ -1,5 +1,7 @@
 """The baseline of ``e2e_bench.py``: plain Celery tasks with the settings celery-ha's worker uses
-(acks_late, prefetch 1, JSON only, task events on), on the same Redis."""
+(acks_late, prefetch 1, JSON only, task events on), on the same Redis. With ``BENCH_PLAIN_REUSE=1``
+(the bench's ``plain+reuse`` system) its kombu also reuses its Redis clients as celery-ha's worker
+does (``celery_ha/integration/kombu_client_reuse.py``)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,11 @@ import redis
 import requests
 from bs4 import BeautifulSoup
 from celery import Celery
+
+if os.environ.get("BENCH_PLAIN_REUSE") == "1":
+    from celery_ha.integration import kombu_client_reuse
+
+    kombu_client_reuse.install()
 
 app = Celery("e2e_plain", broker=os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/1"))
 app.conf.update(task_acks_late=True, worker_prefetch_multiplier=1, task_serializer="json",

@@ -8,7 +8,7 @@ import sys
 from celery import Celery
 
 from celery_ha.base.errors import ConfigurationError
-from celery_ha.integration import kombu_fixes
+from celery_ha.integration import kombu_client_reuse, kombu_fixes
 from celery_ha.integration.hooks import WorkerHooks
 
 
@@ -20,8 +20,10 @@ def _under_celery_cli() -> bool:
 def build_app() -> Celery:
     """The app, configured from ``celeryconfig`` (validated now: a bad knob fails here, with one line
     under the ``celery`` command instead of a traceback), with :class:`WorkerHooks` installed and
-    kombu's Redis transport fixed (``integration/kombu_fixes.py``)."""
+    kombu's Redis transport fixed (``integration/kombu_fixes.py``) and reusing its clients
+    (``integration/kombu_client_reuse.py``)."""
     kombu_fixes.install()
+    kombu_client_reuse.install()
     app = Celery("celery_ha")
     try:
         import celeryconfig

@@ -81,11 +81,13 @@ def message_id(task_id: str) -> str:
     return f"{task_id}.{secrets.token_hex(4)}"
 
 
-def send(app: Any, namespace: str, batch: list[Dispatched], settings: Settings | None = None) -> int:
+def send(app: Any, namespace: str, batch: list[Dispatched], settings: Settings | None = None,
+         producer: Any = None) -> int:
     """Send the Celery messages for the dispatched tasks: one per task, or with ``CELERY_HA_BATCH``
     up to that many ids of one task name and priority per message. A re-sent task whose earlier
     message is still waiting in the broker is skipped; only then are the broker lists read (fresh
-    tasks have none). Returns how many task ids were sent."""
+    tasks have none). ``producer``: a producer the caller holds (else each message takes one from
+    the app's pool). Returns how many task ids were sent."""
     queue_of = {d.task: broker_queue(namespace, logical_queue(d.task)) for d in batch}
     resent = {queue_of[d.task] for d in batch if d.resent}
     waiting = (waiting_ids(app, resent) or set()) if resent else set()
@@ -100,7 +102,7 @@ def send(app: Any, namespace: str, batch: list[Dispatched], settings: Settings |
         for start in range(0, len(ids), size):
             chunk = ids[start:start + size]
             app.send_task(task, args=chunk, queue=queue_of[task], priority=priority,
-                          task_id=message_id(chunk[0]))
+                          task_id=message_id(chunk[0]), producer=producer)
             sent += len(chunk)
     return sent
 

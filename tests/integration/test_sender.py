@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -29,13 +30,25 @@ class Recorder:
 
     def __init__(self, fail_first: int = 0) -> None:
         self.sent: list[list[str]] = []
+        self.producers_taken = 0
+        self.producers_held = 0
         self.threads: set[str] = set()
         self.fail_first = fail_first
         self.gate = threading.Event()
         self.gate.set()
         self.conf = SimpleNamespace(broker_url="memory://", broker_transport_options={})
 
+    @contextlib.contextmanager
+    def producer_or_acquire(self) -> Iterator[str]:
+        self.producers_taken += 1
+        self.producers_held += 1
+        try:
+            yield f"producer-{self.producers_taken}"
+        finally:
+            self.producers_held -= 1
+
     def send_task(self, name: str, args: list[str], **options: Any) -> None:
+        assert options["producer"] == f"producer-{self.producers_taken}" and self.producers_held == 1
         self.gate.wait(10)
         self.threads.add(threading.current_thread().name)
         if self.fail_first:
@@ -69,6 +82,24 @@ def test_batches_go_out_in_order_from_the_sender_thread(rt: Services) -> None:
     assert snd.flush_sends(10)
     assert app.sent == [["a"], ["b"], ["c"]]
     assert app.threads == {"celery-ha-sender"}
+    assert app.producers_taken == 1  # one producer kept across the batches
+
+
+def test_the_producer_goes_back_to_the_pool_when_idle_and_after_a_failure(
+        rt: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(snd, "PRODUCER_IDLE", 0.2)
+    app = Recorder(fail_first=1)
+    snd.send_soon(app, rt, _batch("lost"))  # the publish fails: its producer is given back
+    snd.send_soon(app, rt, _batch("next"))  # a fresh one
+    assert snd.flush_sends(10)
+    assert app.sent == [["next"]] and app.producers_taken == 2
+    deadline = time.monotonic() + 10
+    while app.producers_held and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert app.producers_held == 0  # idle: back in the pool
+    snd.send_soon(app, rt, _batch("later"))
+    assert snd.flush_sends(10)
+    assert app.sent == [["next"], ["later"]] and app.producers_taken == 3
 
 
 def test_a_failed_publish_is_logged_and_the_thread_goes_on(rt: Services,

@@ -3,6 +3,7 @@ maintenance lock, fetch classification, the demo site and start-up configuration
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -29,6 +30,7 @@ from celery_ha.integration.context import DurableContext
 from celery_ha.integration.maintenance import dead_letter_summary, proxy_health, sweep
 from celery_ha.integration.pump import celery_priority
 from celery_ha.integration.runner import run_message
+from celery_ha.integration.sender import flush_sends
 from celery_ha.integration.services import Services as Runtime
 from celery_ha.integration.task_errors import is_permanent
 from celery_ha.integration.task_spec import DurableTask
@@ -53,6 +55,10 @@ class FakeApp:
                                     broker_transport_options={})
         self.finalized = False
         self.tasks: dict[str, Any] = {}
+
+    @contextlib.contextmanager
+    def producer_or_acquire(self) -> Iterator[None]:
+        yield None
 
     def send_task(self, name: str, args: list[Any], **options: Any) -> None:
         self.sent.append((name, args, options))
@@ -178,6 +184,7 @@ def test_runner_outcomes(rt: Runtime) -> None:
     assert q.get(t3).state == "delayed"
     assert count_items(rt.client, "unit") == 1
     # the first finished task pumped: the queued ones were sent once each, carrying only their id
+    assert flush_sends(10)
     assert sorted(args[0] for _, args, _ in app.sent) == sorted([t2, t3, t4])
     assert all(len(args) == 1 and opts["task_id"].startswith(args[0] + ".") for _, args, opts in app.sent)
 

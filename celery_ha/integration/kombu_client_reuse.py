@@ -16,33 +16,29 @@ closed connection into a connection error there), then a client for the new pool
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 from typing import Any
 
-from kombu.transport import redis as kombu_redis
+from celery_ha.integration.kombu_fixes import patch_channel
 
 _CACHE = "_celery_ha_sync_client"
 
 
 def install() -> None:
-    """Patch ``kombu.transport.redis.Channel._create_client`` once (the Sentinel channel inherits it)."""
-    channel: Any = kombu_redis.Channel
-    original = channel._create_client
-    if getattr(original, "celery_ha_reused", False):
-        return
+    """Patch ``Channel._create_client``: one synchronous client per channel and connection pool."""
 
-    @functools.wraps(original)
-    def create_client(self: Any, asynchronous: bool = False) -> Any:
-        if asynchronous:  # the event loop's own client: kombu keeps it already
-            return original(self, asynchronous=True)
-        pool = self.pool  # rebuilt here when kombu dropped it
-        cached = self.__dict__.get(_CACHE)
-        if cached is not None and cached[0] is pool:
-            return cached[1]
-        client = original(self)
-        setattr(self, _CACHE, (pool, client))
-        return client
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        def create_client(self: Any, asynchronous: bool = False) -> Any:
+            if asynchronous:  # the event loop's own client: kombu keeps it already
+                return original(self, asynchronous=True)
+            pool = self.pool  # rebuilt here when kombu dropped it
+            cached = self.__dict__.get(_CACHE)
+            if cached is not None and cached[0] is pool:
+                return cached[1]
+            client = original(self)
+            setattr(self, _CACHE, (pool, client))
+            return client
 
-    create_client.celery_ha_reused = True  # type: ignore[attr-defined]
-    channel._create_client = create_client
+        return create_client
 
+    patch_channel("_create_client", make, "celery_ha_reused")

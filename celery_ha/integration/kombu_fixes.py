@@ -13,6 +13,7 @@ timeout, and the durable layer drops that message as a duplicate of a task alrea
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -22,18 +23,28 @@ CLOSED = ("the broker connection of this channel was closed (the consumer reconn
           "comes back after the visibility timeout")
 
 
-def install() -> None:
-    """Patch ``kombu.transport.redis.Channel`` once (the Sentinel channel inherits it)."""
+def patch_channel(attribute: str, make: Callable[[Any], Any], marker: str) -> None:
+    """Replace ``kombu.transport.redis.Channel.<attribute>`` by ``make(original)`` once per process
+    (the app may be built more than once; the Sentinel channel inherits the patch). The replacement
+    keeps the original as ``__wrapped__``, which the tests use to compare with and without."""
     channel: Any = kombu_redis.Channel
-    original = channel._connparams
-    if getattr(original, "celery_ha_fixed", False):
+    original = getattr(channel, attribute)
+    if getattr(original, marker, False):
         return
+    patched = functools.wraps(original)(make(original))
+    setattr(patched, marker, True)
+    setattr(channel, attribute, patched)
 
-    @functools.wraps(original)
-    def connparams(self: Any, asynchronous: bool = False) -> Any:
-        if getattr(self.connection, "client", None) is None:
-            raise redis.ConnectionError(CLOSED)
-        return original(self, asynchronous=asynchronous)
 
-    connparams.celery_ha_fixed = True  # type: ignore[attr-defined]
-    channel._connparams = connparams
+def install() -> None:
+    """Patch ``Channel._connparams``: a closed connection raises redis' ConnectionError."""
+
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        def connparams(self: Any, asynchronous: bool = False) -> Any:
+            if getattr(self.connection, "client", None) is None:
+                raise redis.ConnectionError(CLOSED)
+            return original(self, asynchronous=asynchronous)
+
+        return connparams
+
+    patch_channel("_connparams", make, "celery_ha_fixed")

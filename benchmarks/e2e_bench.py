@@ -48,6 +48,7 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from celery_ha.base.procfs import child_pids  # noqa: E402
 from celery_ha.integration import kombu_client_reuse  # noqa: E402
 from celery_ha.runtime.redis_process import RedisProcess, free_port  # noqa: E402
 from celery_ha.state import TaskQueue  # noqa: E402
@@ -76,20 +77,6 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def group_pids(pgid: int) -> list[int]:
-    """Processes of process group ``pgid`` (a worker started in its own session: main + pool)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid:
-                pids.append(int(entry.name))
-    return pids
 
 
 def start_site() -> tuple[http.server.ThreadingHTTPServer, str]:
@@ -161,7 +148,7 @@ class Bench:
 
     def _cpu(self) -> dict[str, float]:
         """CPU seconds so far of each role: the worker's main process, its pool, Redis, this bench."""
-        pool = [p for p in group_pids(self.worker_pid) if p != self.worker_pid]
+        pool = child_pids(self.worker_pid)
         own = os.times()
         return {"main": cpu_seconds(self.worker_pid), "pool": sum(cpu_seconds(p) for p in pool),
                 "redis": cpu_seconds(self.redis_pid), "bench": own.user + own.system}

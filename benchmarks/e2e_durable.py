@@ -20,7 +20,10 @@ def noop(ctx: DurableContext) -> None:
 
 @durable_task(name="bench_page", item_key="url")
 def page(ctx: DurableContext) -> None:
-    session = _sessions.setdefault(os.getpid(), requests.Session())
+    pid = os.getpid()
+    if pid not in _sessions:  # one session per pool process, as e2e_plain.py keeps
+        _sessions[pid] = requests.Session()
+    session = _sessions[pid]
     html = session.get(ctx.url, timeout=10).text
     title = BeautifulSoup(html, "html.parser").title
     ctx.emit({"url": ctx.url, "title": title.get_text() if title else ""})

@@ -6,7 +6,8 @@ fail it (retry with backoff, or dead) or hand it back (shutdown, soft time limit
 Execution is at-least-once: a crash re-runs the task from its last checkpoint, and the keyed sink
 ignores what was already stored. Every outcome refills the broker window: a completion in its own
 script (items, completion and refill in one round trip; the messages go out from a background
-thread, ``integration/sender.py``), any other outcome through the pump.
+thread, or from the task's own thread when its code keeps the CPU busy: ``integration/sender.py``),
+any other outcome through the pump.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from celery_ha.integration.graceful_stop import stop_handler
 from celery_ha.integration.infrastructure import is_infrastructure_error, with_patience
 from celery_ha.integration.lease_keeper import keeper
 from celery_ha.integration.pump import pump_quietly, refill_window
-from celery_ha.integration.sender import send_soon
+from celery_ha.integration.sender import publish_queued, send_soon
 from celery_ha.integration.services import Services, services, set_node
 from celery_ha.integration.task_errors import GracefulStop, is_permanent
 from celery_ha.integration.task_spec import DurableTask
@@ -80,12 +81,16 @@ def run_message(spec: DurableTask, celery_task: Any, task_id: str, *, refill: bo
         return Outcome("dropped", task_id, detail="duplicate or stale message: the task is not claimable")
     ctx = DurableContext(lease, rt, spec)
     keep.track(ctx)
+    publish_queued()  # what the last completion dispatched goes out now, not beside this task's code
     outcome = Outcome("completed", task_id, lease.task.url)
     dispatched: list[Dispatched] | None = None  # what the completion's own refill dispatched
+    task_cpu = 0.0  # CPU seconds of the task's own code (where its refill is published)
     try:
         with stop.running(ctx):
             with stop.user_code():
+                cpu_started = time.thread_time()
                 spec.fn(ctx)
+                task_cpu = time.thread_time() - cpu_started
             ctx.check()
             # Last items + completion + window refill: one fenced script, one round trip.
             dispatched = ctx._complete(refill_window(rt) if refill else None, rt.settings.redispatch_after)
@@ -107,7 +112,7 @@ def run_message(spec: DurableTask, celery_task: Any, task_id: str, *, refill: bo
     finally:
         keep.untrack(ctx)
     if refill and dispatched is not None:
-        send_soon(celery_task.app, rt, dispatched)  # dispatched by the completion; sent off the critical path
+        send_soon(celery_task.app, rt, dispatched, task_cpu)  # dispatched by the completion's script
     elif refill:
         pump_quietly(celery_task.app, rt)  # refill the window (a handed-back task goes to another worker)
     return outcome

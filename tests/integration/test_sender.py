@@ -33,6 +33,7 @@ class Recorder:
         self.producers_taken = 0
         self.producers_held = 0
         self.threads: set[str] = set()
+        self.sent_by: list[str] = []  # the thread of each message, in order
         self.fail_first = fail_first
         self.gate = threading.Event()
         self.gate.set()
@@ -51,6 +52,7 @@ class Recorder:
         assert options["producer"] == f"producer-{self.producers_taken}" and self.producers_held == 1
         self.gate.wait(10)
         self.threads.add(threading.current_thread().name)
+        self.sent_by.append(threading.current_thread().name)
         if self.fail_first:
             self.fail_first -= 1
             raise ConnectionError("broker away")
@@ -65,6 +67,9 @@ def rt(redis_url: str) -> Iterator[Services]:
                        queue=TaskQueue(client, "snd", lease_ttl=5))
     svc._services.set(runtime)
     svc.set_node("snd@host")
+    sender = snd._sender.peek()
+    if sender is not None:
+        sender.task_cpu = 0.0  # each test starts with a process whose tasks used no CPU
     yield runtime
     assert snd.flush_sends(10)
     svc.reset_services()
@@ -157,7 +162,9 @@ def test_a_completion_refills_the_window_in_its_script_and_sends_off_the_task(rt
     assert [m[0] for m in app.sent] == ids[3:6]  # one freed place per claim, refilled at completion
     assert q.stats()["dispatched"] == 3
     check_invariants(r, q)
-    assert app.threads == {"celery-ha-sender"}
+    # Light tasks: the sender thread publishes (or the next task's thread, before its code runs, what
+    # the sender had not started yet).
+    assert "celery-ha-sender" in app.threads
     while app.sent:
         tid = app.sent.pop(0)[0]
         assert run_message(spec, task, tid).kind == "completed"
@@ -190,3 +197,52 @@ def test_context_complete_marks_a_stale_lease_lost(rt: Services) -> None:
     with pytest.raises(LeaseLost):
         ctx._complete(3, 60.0)
     assert ctx.lost and q.get(tid).state == "queued" and q.stats()["dispatched"] == 0
+
+
+def _burn(seconds: float) -> None:
+    """Keep this thread on the CPU for ``seconds`` of its own CPU time."""
+    until = time.thread_time() + seconds
+    while time.thread_time() < until:
+        pass
+
+
+def test_a_cpu_busy_task_publishes_its_refill_itself(rt: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tasks that keep the CPU busy publish their refill from their own thread before returning (no
+    sender thread fighting them for the GIL); light tasks after them go back to the sender thread."""
+    monkeypatch.setattr(snd, "INLINE_CPU", 0.002)
+    q = rt.queue
+    app = Recorder()
+    task = SimpleNamespace(app=app, request=SimpleNamespace(hostname="snd@host"))
+    busy = DurableTask(name="fetch_page", fn=lambda ctx: _burn(0.02))
+    ids = q.enqueue_many([f"http://example.test/{i}" for i in range(20)])
+    q.dispatch(3)
+    for n, tid in enumerate(ids[:3], start=1):
+        assert run_message(busy, task, tid).kind == "completed"
+        # Sent before run_message returned, by this thread: nothing to flush.
+        assert [m[0] for m in app.sent] == ids[3:3 + n]
+    assert app.threads == {threading.current_thread().name}
+    light = DurableTask(name="fetch_page", fn=lambda ctx: None)
+    for tid in ids[3:15]:  # the average decays below the threshold: the sender thread takes over
+        assert run_message(light, task, tid).kind == "completed"
+        assert snd.flush_sends(10)
+    assert app.sent_by[-1] in ("celery-ha-sender", threading.current_thread().name)
+    assert "celery-ha-sender" in app.threads
+    assert [m[0] for m in app.sent] == ids[3:18]  # every refill sent once, in order
+    s = q.stats()
+    assert (s["completed"], s["dispatched"], s["queued"]) == (15, 3, 2)
+
+
+def test_a_refill_still_queued_goes_out_before_the_next_tasks_code(rt: Services) -> None:
+    """A refill the sender thread has not started is published by the next task's thread before that
+    task's code runs: no publish starts beside a task's code."""
+    q = rt.queue
+    app = Recorder()
+    task = SimpleNamespace(app=app, request=SimpleNamespace(hostname="snd@host"))
+    seen: list[list[list[str]]] = []
+    spec = DurableTask(name="fetch_page", fn=lambda ctx: seen.append(list(app.sent)))
+    tid = q.enqueue("http://example.test/next")
+    q.dispatch(1)
+    assert snd._sender.get().submit(app, rt, _batch("queued-earlier"), wake=False)
+    assert run_message(spec, task, tid, refill=False).kind == "completed"
+    assert seen == [[["queued-earlier"]]]
+    assert app.sent_by == [threading.current_thread().name]

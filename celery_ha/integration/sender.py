@@ -145,6 +145,8 @@ class BackgroundSender:
         """Publish every queued batch from the calling thread. ``wait``: seconds to wait for a
         publish in progress elsewhere (-1: as long as it takes); False when it did not end in time
         (the sender thread then goes on with the rest)."""
+        if not self._pending:  # the common case before a task's code: nothing queued, no lock taken
+            return True
         if not self._publishing.acquire(timeout=wait):
             return False
         try:
@@ -204,14 +206,14 @@ def send_soon(app: Any, rt: Services, batch: list[Dispatched], task_cpu: float =
         sender.publish_pending()
 
 
-def publish_queued(wait: float = 0.0) -> None:
+def publish_queued() -> None:
     """Publish, from the calling thread, the refill messages this process's sender thread has not
-    started yet: called right before a task's own code runs, so no publish runs beside it. ``wait``:
-    seconds to wait for a publish already in progress (0: leave it and what follows to the thread).
-    Never starts a sender."""
+    started yet: called right before a task's own code runs, so no publish starts beside it. A
+    publish already in progress is not waited for (the thread goes on with what follows it). Never
+    starts a sender."""
     sender = _sender.peek()
     if sender is not None:
-        sender.publish_pending(wait)
+        sender.publish_pending(wait=0)
 
 
 def flush_sends(timeout: float = 5.0) -> bool:

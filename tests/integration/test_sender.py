@@ -225,8 +225,7 @@ def test_a_cpu_busy_task_publishes_its_refill_itself(rt: Services, monkeypatch: 
     for tid in ids[3:15]:  # the average decays below the threshold: the sender thread takes over
         assert run_message(light, task, tid).kind == "completed"
         assert snd.flush_sends(10)
-    assert app.sent_by[-1] in ("celery-ha-sender", threading.current_thread().name)
-    assert "celery-ha-sender" in app.threads
+    assert app.sent_by[-1] == "celery-ha-sender"  # each light refill was flushed by the thread
     assert [m[0] for m in app.sent] == ids[3:18]  # every refill sent once, in order
     s = q.stats()
     assert (s["completed"], s["dispatched"], s["queued"]) == (15, 3, 2)

@@ -59,9 +59,12 @@ worker_soft_shutdown_timeout = _settings.soft_shutdown_timeout
 # A lost broker connection is retried within a second, not after 2 s + 4 s (Sentinel failover).
 worker_consumer = "celery_ha.integration.quick_reconnect:QuickReconnectConsumer"
 
-# --- Flower / monitoring
+# --- Flower / monitoring: workers send task events (received, started, succeeded, ...). No task-sent
+# events: the broker holds at most the window's messages (the backlog and its states are in Redis:
+# `celery-ha stats`, the dashboard), and each refill message would cost its publisher a second
+# publish, about a third of the message's own CPU.
 worker_send_task_events = True
-task_send_sent_event = True
+task_send_sent_event = False
 
 # --- queues: crawl work and maintenance apart, so a backlog never delays a sweep; both named for the
 # namespace, so two namespaces sharing one broker database never take each other's messages

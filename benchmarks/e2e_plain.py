@@ -1,7 +1,7 @@
 """The baseline of ``e2e_bench.py``: plain Celery tasks with the settings celery-ha's worker uses
-(acks_late, prefetch 1, JSON only, task events on), on the same Redis. With ``BENCH_PLAIN_REUSE=1``
-(the bench's ``plain+reuse`` system) its kombu also reuses its Redis clients as celery-ha's worker
-does (``celery_ha/integration/kombu_client_reuse.py``)."""
+(acks_late, prefetch 1, JSON only, task events on, no task-sent events), on the same Redis. With
+``BENCH_PLAIN_REUSE=1`` (the bench's ``plain+reuse`` system) its kombu also reuses its Redis clients
+as celery-ha's worker does (``celery_ha/integration/kombu_client_reuse.py``)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ if os.environ.get("BENCH_PLAIN_REUSE") == "1":
 app = Celery("e2e_plain", broker=os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/1"))
 app.conf.update(task_acks_late=True, worker_prefetch_multiplier=1, task_serializer="json",
                 accept_content=["json"], result_backend=None, task_ignore_result=True,
-                worker_send_task_events=True, task_send_sent_event=True, task_default_queue="plain",
+                worker_send_task_events=True, task_send_sent_event=False, task_default_queue="plain",
                 broker_connection_retry_on_startup=True, worker_hijack_root_logger=False)
 
 _clients: dict[int, tuple[redis.Redis, requests.Session]] = {}

@@ -98,9 +98,11 @@ class LeaseKeeper:
             try:
                 self.rt.queue.renew(ctx.lease)
             except LeaseLost:
-                log.warning("lease on task %s lost: stopping its writes", ctx.lease.task_id)
-                ctx.mark_lost("lease lost (reclaimed or taken over)")
-                self.untrack(ctx)
+                with self._lock:  # a task that finished since the snapshot above lost nothing
+                    running = self._active.pop(key, None) is not None
+                if running:
+                    log.warning("lease on task %s lost: stopping its writes", ctx.lease.task_id)
+                    ctx.mark_lost("lease lost (reclaimed or taken over)")
                 continue
             except redis.RedisError as exc:
                 if time.monotonic() - last_ok > ttl:

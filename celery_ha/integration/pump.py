@@ -14,6 +14,7 @@ claim.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import time
@@ -22,6 +23,7 @@ from typing import Any
 from celery_ha.base.per_process import PerProcess
 from celery_ha.base.settings import Settings
 from celery_ha.integration.broker import waiting_ids
+from celery_ha.integration.publisher import HeldProducer, publish_ids
 from celery_ha.integration.queues import broker_queue
 from celery_ha.integration.services import Services
 from celery_ha.integration.task_spec import logical_queue
@@ -82,12 +84,12 @@ def message_id(task_id: str) -> str:
 
 
 def send(app: Any, namespace: str, batch: list[Dispatched], settings: Settings | None = None,
-         producer: Any = None) -> int:
+         held: HeldProducer | None = None) -> int:
     """Send the Celery messages for the dispatched tasks: one per task, or with ``CELERY_HA_BATCH``
     up to that many ids of one task name and priority per message. A re-sent task whose earlier
     message is still waiting in the broker is skipped; only then are the broker lists read (fresh
-    tasks have none). ``producer``: a producer the caller holds (else each message takes one from
-    the app's pool). Returns how many task ids were sent."""
+    tasks have none). ``held``: a producer the caller keeps across calls (else one is taken from the
+    app's pool for this call). Returns how many task ids were sent."""
     queue_of = {d.task: broker_queue(namespace, logical_queue(d.task)) for d in batch}
     resent = {queue_of[d.task] for d in batch if d.resent}
     waiting = (waiting_ids(app, resent) or set()) if resent else set()
@@ -96,14 +98,19 @@ def send(app: Any, namespace: str, batch: list[Dispatched], settings: Settings |
         if d.resent and d.task_id in waiting:
             continue
         groups.setdefault((d.task, celery_priority(d.priority)), []).append(d.task_id)
+    if not groups:
+        return 0
     sent = 0
-    for (task, priority), ids in groups.items():
-        size = settings.batch_size(task) if settings is not None else 1
-        for start in range(0, len(ids), size):
-            chunk = ids[start:start + size]
-            app.send_task(task, args=chunk, queue=queue_of[task], priority=priority,
-                          task_id=message_id(chunk[0]), producer=producer)
-            sent += len(chunk)
+    with contextlib.nullcontext(held.get(app)) if held else app.producer_or_acquire() as producer:
+        for (task, priority), ids in groups.items():
+            queue = queue_of[task]
+            declare = held.declare(app, queue) if held else None
+            size = settings.batch_size(task) if settings is not None else 1
+            for start in range(0, len(ids), size):
+                chunk = ids[start:start + size]
+                publish_ids(app, task, chunk, queue=queue, priority=priority, message_id=message_id(chunk[0]),
+                            producer=producer, declare=declare)
+                sent += len(chunk)
     return sent
 
 

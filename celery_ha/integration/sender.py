@@ -35,7 +35,6 @@ sending synchronously (:func:`celery_ha.integration.pump.send`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -43,6 +42,7 @@ from collections import deque
 from typing import Any
 
 from celery_ha.base.per_process import PerProcess
+from celery_ha.integration.publisher import HeldProducer
 from celery_ha.integration.pump import send
 from celery_ha.integration.services import Services
 from celery_ha.state import Dispatched
@@ -62,35 +62,6 @@ INLINE_CPU = 0.001
 
 #: Weight of the newest task in that moving average.
 CPU_SMOOTHING = 0.2
-
-
-class HeldProducer:
-    """A producer taken from an app's pool and kept across publishes; given back when idle, when the
-    app changes, and after a publish failed (the next publish takes a fresh one)."""
-
-    def __init__(self) -> None:
-        self._app: Any = None
-        self._context: Any = None
-        self.producer: Any = None
-
-    @property
-    def held(self) -> bool:
-        return self._context is not None
-
-    def get(self, app: Any) -> Any:
-        if self._context is not None and self._app is not app:
-            self.release()
-        if self._context is None:
-            context = app.producer_or_acquire()
-            self.producer = context.__enter__()
-            self._app, self._context = app, context
-        return self.producer
-
-    def release(self) -> None:
-        context, self._context, self._app, self.producer = self._context, None, None, None
-        if context is not None:
-            with contextlib.suppress(Exception):  # a broken connection goes back to be revived
-                context.__exit__(None, None, None)
 
 
 class BackgroundSender:
@@ -167,7 +138,7 @@ class BackgroundSender:
 
     def _publish(self, app: Any, rt: Services, batch: list[Dispatched]) -> None:
         try:
-            sent = send(app, rt.settings.namespace, batch, rt.settings, producer=self._producer.get(app))
+            sent = send(app, rt.settings.namespace, batch, rt.settings, held=self._producer)
             log.debug("refill after completion: dispatched %d, sent %d", len(batch), sent)
         except Exception as exc:  # the sender must survive anything a publish throws
             self._producer.release()

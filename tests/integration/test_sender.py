@@ -22,6 +22,7 @@ from celery_ha.integration.services import Services
 from celery_ha.integration.task_spec import DurableTask
 from celery_ha.redisio.client import redis_client
 from celery_ha.state import Dispatched, TaskQueue
+from tests.support.fake_queues import fake_amqp
 from tests.support.invariants import check_invariants
 
 
@@ -39,17 +40,21 @@ class Recorder:
         self.gate.set()
         self.conf = SimpleNamespace(broker_url="memory://", broker_transport_options={})
 
+        self.amqp = fake_amqp()
+
     @contextlib.contextmanager
-    def producer_or_acquire(self) -> Iterator[str]:
+    def producer_or_acquire(self) -> Iterator[SimpleNamespace]:
         self.producers_taken += 1
         self.producers_held += 1
         try:
-            yield f"producer-{self.producers_taken}"
+            yield SimpleNamespace(name=f"producer-{self.producers_taken}", channel=object())
         finally:
             self.producers_held -= 1
 
     def send_task(self, name: str, args: list[str], **options: Any) -> None:
-        assert options["producer"] == f"producer-{self.producers_taken}" and self.producers_held == 1
+        producer = options["producer"]
+        assert producer.name == f"producer-{self.producers_taken}" and self.producers_held == 1
+        assert [queue.channel for queue in options["declare"]] == [producer.channel]  # bound once, passed
         self.gate.wait(10)
         self.threads.add(threading.current_thread().name)
         self.sent_by.append(threading.current_thread().name)

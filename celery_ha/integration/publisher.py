@@ -10,6 +10,8 @@ result never changes for a message that carries only task ids:
   publish (kombu then finds the declaration in its per-connection cache and does nothing else).
   :class:`HeldProducer` keeps one bound copy per queue for as long as it keeps its producer, and a
   publish passes it; kombu still declares it on a connection that has not seen it (after a reconnect).
+- the parent trail: a message sent from inside a task is added to that task's ``request.children``
+  (for result backends); a refill is no child of the task whose completion dispatched it.
 
 Measured on this machine kind (Redis broker, one message per call): about 40 % less CPU per message
 than a plain ``send_task`` (``benchmarks/RESULTS.md``). Everything else goes through Celery as usual:
@@ -69,4 +71,4 @@ def publish_ids(app: Any, task: str, ids: list[str], *, queue: str, priority: in
     ``declare``: the bound queue from :meth:`HeldProducer.declare` (None: Celery declares it)."""
     options: dict[str, Any] = {} if declare is None else {"declare": declare}
     app.send_task(task, args=ids, queue=queue, priority=priority, task_id=message_id, producer=producer,
-                  argsrepr=repr(ids), kwargsrepr="{}", **options)
+                  argsrepr=repr(ids), kwargsrepr="{}", add_to_parent=False, **options)

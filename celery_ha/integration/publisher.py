@@ -13,8 +13,9 @@ result never changes for a message that carries only task ids:
 - the parent trail: a message sent from inside a task is added to that task's ``request.children``
   (for result backends); a refill is no child of the task whose completion dispatched it.
 
-Measured on this machine kind (Redis broker, one message per call): about 40 % less CPU per message
-than a plain ``send_task`` (``benchmarks/RESULTS.md``). Everything else goes through Celery as usual:
+Measured on this machine kind (Redis broker, one id per message, ``benchmarks/publish_bench.py``):
+0.75-0.85x the client CPU of ``send_task`` without task-sent events, about half of it with them (how
+refills were published before). Everything else goes through Celery as usual:
 routing, the ``before_task_publish`` / ``after_task_publish`` signals, retries of the publish.
 """
 

@@ -3,8 +3,8 @@
 kombu's Redis transport wraps every command it sends outside the consumer's event loop in a new
 ``redis.Redis`` object: every publish (a task message, each ``task-*`` event), every ack and every
 unacked-bookkeeping pipeline. Building one costs about 0.2 ms of CPU (redis-py fills a table of ~170
-response callbacks each time), several times per task in the worker's main process and twice per
-message sent (message and ``task-sent`` event): with tasks of a millisecond, that is a good part of
+response callbacks each time), several times per task in the worker's main process and once per
+message sent (twice with ``task-sent`` events): with tasks of a millisecond, that is a good part of
 what a worker spends. The client object holds no connection of its own; each command takes one from
 the channel's connection pool and gives it back, so one client per channel serves every command and
 every thread alike.

@@ -1,9 +1,9 @@
 """Publish a completion's refill messages where they cost least: a background thread, or the task's own.
 
 With ``acks_late`` and ``prefetch 1`` a pool process takes its next message only once the current
-task returned, so the task's wall time sets the drain rate. Publishing a Celery message costs about
-half a millisecond of kombu and Celery CPU and two round trips (the message and its ``task-sent``
-event). Where it runs matters more than what it costs:
+task returned, so the task's wall time sets the drain rate. Publishing a Celery message costs a few
+tenths of a millisecond of kombu and Celery CPU and a round trip (``integration/publisher.py``).
+Where it runs matters more than what it costs:
 
 - A task whose own code uses little CPU (a no-op, an I/O-bound fetch) leaves the process idle most
   of the time: the background thread publishes while the process waits (for its next message, for

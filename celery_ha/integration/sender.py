@@ -72,7 +72,12 @@ class BackgroundSender:
 
     def __init__(self) -> None:
         self._pending: deque[tuple[Any, Services, list[Dispatched]]] = deque()
-        self._cond = threading.Condition()
+        # One lock, two conditions: the sender thread waits for work, flush() for the queue to empty.
+        # A publish that ends wakes only flush() waiters: waking the idle sender thread after every
+        # publish would make it take the GIL from the task's thread once per task for nothing.
+        lock = threading.Lock()
+        self._work = threading.Condition(lock)
+        self._drained = threading.Condition(lock)
         self._publishing = threading.Lock()
         self._busy = False  # a batch is being published
         self._producer = HeldProducer()
@@ -93,23 +98,24 @@ class BackgroundSender:
     def submit(self, app: Any, rt: Services, batch: list[Dispatched], wake: bool = True) -> bool:
         """Queue ``batch`` for publishing; False when the queue is full (left to redispatch).
         ``wake``: let the sender thread publish it (else the caller publishes, or the next task)."""
-        with self._cond:
+        with self._work:
             if len(self._pending) >= MAX_PENDING:
                 return False
             self._pending.append((app, rt, batch))
             if wake:
-                self._cond.notify_all()
+                self._work.notify_all()
         return True
 
     def flush(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds until everything queued was published; True if it was."""
         deadline = time.monotonic() + timeout
-        with self._cond:
+        with self._work:
+            self._work.notify_all()  # what was queued for its caller to publish goes out now
             while self._pending or self._busy:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                self._cond.wait(left)
+                self._drained.wait(left)
         return True
 
     def publish_pending(self, wait: float = -1) -> bool:
@@ -122,7 +128,7 @@ class BackgroundSender:
             return False
         try:
             while True:
-                with self._cond:
+                with self._work:
                     if not self._pending:
                         return True
                     app, rt, batch = self._pending.popleft()
@@ -130,9 +136,9 @@ class BackgroundSender:
                 try:
                     self._publish(app, rt, batch)
                 finally:
-                    with self._cond:
+                    with self._work:
                         self._busy = False
-                        self._cond.notify_all()
+                        self._drained.notify_all()
         finally:
             self._publishing.release()
 
@@ -147,8 +153,8 @@ class BackgroundSender:
 
     def _run(self) -> None:
         while True:
-            with self._cond:
-                has_work = self._cond.wait_for(lambda: bool(self._pending),
+            with self._work:
+                has_work = self._work.wait_for(lambda: bool(self._pending),
                                                PRODUCER_IDLE if self._producer.held else None)
             if has_work:
                 self.publish_pending()

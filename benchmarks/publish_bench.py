@@ -57,7 +57,7 @@ def main() -> None:
 
     def lean(i: int) -> None:
         publish_ids(app, "fetch_page", [f"id{i:09d}"], queue=QUEUE, priority=3, message_id=f"id{i:09d}.abcd",
-                    producer=producer, declare=held.declare(app, QUEUE))
+                    producer=producer, declare=held.declare(QUEUE))
 
     variants: dict[str, tuple[bool, Callable[[int], None]]] = {
         "send_task (task-sent events on)": (True, plain),

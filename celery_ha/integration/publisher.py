@@ -50,12 +50,12 @@ class HeldProducer:
             self._app, self._context = app, context
         return self.producer
 
-    def declare(self, app: Any, queue: str) -> list[Any]:
-        """What a publish on ``queue`` with this producer declares: the app's queue, bound once to the
-        producer's channel (see the module docstring)."""
+    def declare(self, queue: str) -> list[Any]:
+        """What a publish on ``queue`` with the held producer declares: its app's queue, bound once to
+        the producer's channel (see the module docstring). Call after :meth:`get`."""
         bound = self._declared.get(queue)
         if bound is None:
-            bound = self._declared[queue] = [app.amqp.queues[queue].bind(self.producer.channel)]
+            bound = self._declared[queue] = [self._app.amqp.queues[queue].bind(self.producer.channel)]
         return bound
 
     def release(self) -> None:

@@ -104,7 +104,7 @@ def send(app: Any, namespace: str, batch: list[Dispatched], settings: Settings |
     with contextlib.nullcontext(held.get(app)) if held else app.producer_or_acquire() as producer:
         for (task, priority), ids in groups.items():
             queue = queue_of[task]
-            declare = held.declare(app, queue) if held else None
+            declare = held.declare(queue) if held else None
             size = settings.batch_size(task) if settings is not None else 1
             for start in range(0, len(ids), size):
                 chunk = ids[start:start + size]

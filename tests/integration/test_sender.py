@@ -39,7 +39,6 @@ class Recorder:
         self.gate = threading.Event()
         self.gate.set()
         self.conf = SimpleNamespace(broker_url="memory://", broker_transport_options={})
-
         self.amqp = fake_amqp()
 
     @contextlib.contextmanager

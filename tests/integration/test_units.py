@@ -124,13 +124,19 @@ def test_stale_context_cannot_emit_checkpoint_or_complete(rt: Runtime) -> None:
     assert count_items(rt.client, "unit") == 0 and q.checkpoint(tid) is None
 
 
-def test_keeper_marks_lost_lease_and_stops_writes(rt: Runtime) -> None:
-    q = rt.queue
-    tid = q.enqueue("http://example.test/b", task="unit_task")
-    lease = q.claim(tid, rt.worker_name)
-    ctx = DurableContext(lease, rt, _spec(lambda c: None))
+def _kept_task(rt: Runtime, url: str) -> tuple[str, DurableContext, lk.LeaseKeeper]:
+    """A claimed task, its context, and a keeper (not started) that tracks it."""
+    tid = rt.queue.enqueue(url, task="unit_task")
+    ctx = DurableContext(rt.queue.claim(tid, rt.worker_name), rt, _spec(lambda c: None))
     keeper = lk.LeaseKeeper(rt)
     keeper.track(ctx)
+    return tid, ctx, keeper
+
+
+def test_keeper_marks_lost_lease_and_stops_writes(rt: Runtime) -> None:
+    q = rt.queue
+    tid, ctx, keeper = _kept_task(rt, "http://example.test/b")
+    lease = ctx.lease
     keeper.renew_all()
     assert not ctx.lost and keeper.held() == [ctx]
     q.release(tid, token=lease.token)
@@ -145,11 +151,7 @@ def test_keeper_is_silent_about_a_task_that_finished_during_its_renewal(
     """The keeper renews from a snapshot of its leases; a task that completes (and is untracked by its
     own thread) between that snapshot and the renewal lost nothing: no warning, not marked lost."""
     q = rt.queue
-    tid = q.enqueue("http://example.test/done", task="unit_task")
-    lease = q.claim(tid, rt.worker_name)
-    ctx = DurableContext(lease, rt, _spec(lambda c: None))
-    keeper = lk.LeaseKeeper(rt)
-    keeper.track(ctx)
+    tid, ctx, keeper = _kept_task(rt, "http://example.test/done")
     renew = q.renew
 
     def task_finishes_first(held: Any) -> Any:

@@ -154,6 +154,7 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "direct_when_empty": ("CELERY_HA_DIRECT_WHEN_EMPTY", _flag),
     "flower_auth": ("CELERY_HA_FLOWER_AUTH", _basic_auth),
     "batch": ("CELERY_HA_BATCH", _batch),
+    "script_push": ("CELERY_HA_SCRIPT_PUSH", _flag),
     "web_auth": ("CELERY_HA_WEB_AUTH", _text),
     "shards": ("CELERY_HA_SHARDS", _number(int, 1, 1024)),
     "dedup_ttl": ("CELERY_HA_DEDUP_TTL", _expiry),
@@ -199,6 +200,9 @@ class Settings:
     flower_auth: str = field(default="", repr=False)
     # CELERY_HA_BATCH, "20" or "name=50,*=5": durable task ids per Celery message (default 1)
     batch: dict[str, int] = field(default_factory=dict)
+    # CELERY_HA_SCRIPT_PUSH: a completion's script pushes the refill's messages onto a Redis broker
+    # on the state's server itself (integration/script_push.py); 0 = always publish from Python
+    script_push: bool = True
     # CELERY_HA_WEB_AUTH, "user:password": `celery-ha web`'s basic auth (checked by the web command)
     web_auth: str = field(default="", repr=False)
     # CELERY_HA_SHARDS: hash tags one namespace's tasks spread over (1 = one tag, one cluster slot)

@@ -15,9 +15,11 @@ from celery_ha.base.errors import InvalidInput, LeaseLost
 from celery_ha.base.settings import Settings
 from celery_ha.base.validation import MAX_ITEM_BYTES, check_item_key, dumps_capped
 from celery_ha.fetch.process_fetcher import process_fetcher
+from celery_ha.integration.script_push import push_refused
 from celery_ha.integration.services import Services
 from celery_ha.integration.task_spec import DurableTask
 from celery_ha.state import Dispatched, Lease, TaskInfo
+from celery_ha.state.list_push import ListPush
 from celery_ha.state.sink import item_key
 
 #: Buffered items are committed (without a checkpoint) once this many are pending.
@@ -154,20 +156,24 @@ class DurableContext:
             self._rt.queue.enqueue_many(self._children)
             self._children = []
 
-    def _complete(self, window: int | None, redispatch_after: float) -> list[Dispatched] | None:
+    def _complete(self, window: int | None, redispatch_after: float,
+                  push: ListPush | None = None) -> list[Dispatched] | None:
         """Write the buffered children, then store the buffered items, complete the task and (with
-        ``window``) refill the broker window in one fenced script. Returns the tasks to send, or None
-        when the window was not refilled (the caller pumps)."""
+        ``window``) refill the broker window in one fenced script, which with ``push`` also pushes
+        the refill's messages (``integration/script_push.py``). Returns the tasks left to send, or
+        None when the window was not refilled (the caller pumps)."""
         self._flush_children()
         try:
-            added, dispatched = self._rt.queue.complete_and_dispatch(
-                self.lease, self._items, window=window, redispatch_after=redispatch_after)
+            done = self._rt.queue.complete_and_push(self.lease, self._items, window=window,
+                                                    redispatch_after=redispatch_after, push=push)
         except LeaseLost as exc:
             self.mark_lost(str(exc))
             raise
-        self.committed += added
+        self.committed += done.added
         self._items = []
-        return dispatched
+        if done.push_error is not None:
+            push_refused(done.push_error)
+        return done.to_send
 
     def _commit(self, checkpoint: dict[str, Any] | None) -> None:
         self._flush_children()

@@ -5,9 +5,10 @@ Claim in Redis (``None`` = duplicate or stale message: ack and drop), hand the f
 fail it (retry with backoff, or dead) or hand it back (shutdown, soft time limit after progress).
 Execution is at-least-once: a crash re-runs the task from its last checkpoint, and the keyed sink
 ignores what was already stored. Every outcome refills the broker window: a completion in its own
-script (items, completion and refill in one round trip; the messages go out from a background
-thread, or from the task's own thread when its code keeps the CPU busy: ``integration/sender.py``),
-any other outcome through the pump.
+script (items, completion and refill in one round trip; the messages are pushed onto a Redis broker
+by that script, ``integration/script_push.py``, else go out from a background thread, or from the
+task's own thread when its code keeps the CPU busy: ``integration/sender.py``), any other outcome
+through the pump.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from celery_ha.integration.graceful_stop import stop_handler
 from celery_ha.integration.infrastructure import is_infrastructure_error, with_patience
 from celery_ha.integration.lease_keeper import keeper
 from celery_ha.integration.pump import pump_quietly, refill_window
+from celery_ha.integration.script_push import script_push
 from celery_ha.integration.sender import publish_queued, send_soon
 from celery_ha.integration.services import Services, services, set_node
 from celery_ha.integration.task_errors import GracefulStop, is_permanent
@@ -93,7 +95,10 @@ def run_message(spec: DurableTask, celery_task: Any, task_id: str, *, refill: bo
                 task_cpu = time.thread_time() - cpu_started
             ctx.check()
             # Last items + completion + window refill: one fenced script, one round trip.
-            dispatched = ctx._complete(refill_window(rt) if refill else None, rt.settings.redispatch_after)
+            # With a script push the refill's messages go onto the broker in that script too.
+            window = refill_window(rt) if refill else None
+            dispatched = ctx._complete(window, rt.settings.redispatch_after,
+                                       script_push(celery_task.app, rt) if window is not None else None)
     except LeaseLost as exc:
         outcome = Outcome("lost", task_id, lease.task.url, f"lease lost: {exc}")
         log.warning("task %s stopped, its lease is lost: %s", task_id, exc)

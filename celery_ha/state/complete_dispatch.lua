@@ -1,6 +1,7 @@
---[[ Finish a task under its lease in one step: store its last emitted items, complete it, and refill
-  the broker window (what dispatch.lua does), so the pump sends the next messages without a commit,
-  a complete and a dispatch round trip of their own. A stale lease writes nothing and moves nothing.
+--[[ Finish a task under its lease in one step: store its last emitted items, complete it, refill the
+  broker window (what dispatch.lua does) and, given a push section, push the refill's messages onto
+  the broker's lists itself (_push.lua), so no commit, complete, dispatch or publish costs a round
+  trip of its own. A stale lease writes nothing, moves nothing and pushes nothing.
   KEYS[1]  tasks
   KEYS[2]  readyp (the refill pops ready bands)
   KEYS[3]  delayed (due retries are promoted)
@@ -23,26 +24,35 @@
   ARGV[6] window (most tasks dispatched at once), or '' for no refill (the caller pumps later)
   ARGV[7] redispatch_after (ms a dispatched task may wait for its claim before it is sent again)
   ARGV[8] promote limit (due retries moved per call)
-  ARGV[9..] item key, item JSON, item key, item JSON, ... (a key the sink holds is ignored)
-  Reply: {new items (0 or more), flat list of {id, task name, priority, resent} as dispatch.lua's},
+  ARGV[9] P, the length of the push section (0: the caller sends every message)
+  ARGV[10..9+P] the push section (_push.lua), used only with a refill
+  ARGV[10+P..] item key, item JSON, item key, item JSON, ... (a key the sink holds is ignored)
+  Reply: {new items (0 or more), flat list of {id, task name, priority, resent} as dispatch.lua's
+    for the caller to send (those not pushed), messages pushed, the push's refusal text or false},
     the list empty without a refill; or a refusal (nothing written, nothing dispatched): R_UNKNOWN,
     R_WAITING, R_STALE_TOKEN, R_DELAYED, R_COMPLETED, R_DEAD
 ]]
 --#include _common
 --#include _dispatch
+--#include _push
 local now = now_ms()
+local push_to = 9 + tonumber(ARGV[9])
+local items_from = push_to + 1
 local added, held = 0, nil
-if #ARGV > 8 then
+if #ARGV >= items_from then
   -- Items first, as commit.lua: HSETNX is then the script's first write, so a Redis over maxmemory
   -- refuses the whole step (OOM, nothing written: the runner hands the task back) rather than
   -- letting a completion that began with a ZREM write on past the limit. Fenced before any write;
   -- the record it read is handed to complete_task (storing items does not touch it).
   local st, payload, refusal = fenced(ARGV[2], ARGV[3])
   if refusal then return refusal end
-  added = store_items(9)
+  added = store_items(items_from)
   held = {st, payload}
 end
 local done = complete_task(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), now, held)
 if done ~= true then return done end -- only without items: fenced() above already passed
-if ARGV[6] == '' then return {added, {}} end
-return {added, fill_window(now, tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8])}
+if ARGV[6] == '' then return {added, {}, 0, false} end
+local out = fill_window(now, tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8])
+if push_to == 9 or #out == 0 then return {added, out, 0, false} end
+local left, pushed, err = push_messages(out, 10, push_to)
+return {added, left, pushed, err}

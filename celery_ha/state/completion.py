@@ -5,7 +5,9 @@ still buffered), ``complete``, and the pump's ``dispatch`` — each a round trip
 Celery's. ``complete_dispatch.lua`` does all three in one atomic step under the lease's fencing
 token: a stale lease stores nothing, completes nothing and dispatches nothing. The refill is exactly
 ``dispatch.lua``'s (both run ``fill_window`` of ``_dispatch.lua``), so the window, the redispatch of
-lost messages and the promotion of due retries keep their accounting.
+lost messages and the promotion of due retries keep their accounting. Given a
+:class:`~celery_ha.state.list_push.ListPush`, the script also pushes the refill's broker messages
+itself (``complete_and_push``).
 
 A mixin of :class:`celery_ha.state.taskqueue.TaskQueue` (which sets the attributes declared below),
 in a module of its own so the transitions module stays small.
@@ -14,7 +16,7 @@ in a module of its own so the transitions module stays small.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from celery_ha.base.errors import InvalidInput
 from celery_ha.base.validation import (
@@ -28,6 +30,7 @@ from celery_ha.base.validation import (
 )
 from celery_ha.state.enqueue_args import MAX_BATCH
 from celery_ha.state.keys import QueueKeys
+from celery_ha.state.list_push import ListPush
 from celery_ha.state.queue_reads import _task_id
 from celery_ha.state.records import Dispatched, Lease
 from celery_ha.state.replies import dispatched_from, raise_for, refused
@@ -57,6 +60,17 @@ def item_args(items: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
     return args
 
 
+class Completion(NamedTuple):
+    """What ``complete_and_push`` did: new items stored; the dispatched tasks the caller still has to
+    send (None: no refill, the caller pumps); messages the script pushed itself; why the push stopped
+    (a refused command's text), else None."""
+
+    added: int
+    to_send: list[Dispatched] | None
+    pushed: int = 0
+    push_error: str | None = None
+
+
 class CompletionOps:
     """``complete_and_dispatch``; :class:`TaskQueue` provides the attributes and methods below."""
 
@@ -81,18 +95,32 @@ class CompletionOps:
         shard, which one shard's script cannot see: the caller then pumps with :meth:`dispatch`).
         Raises LeaseLost, having written and moved nothing, if the lease is not current.
         """
+        done = self.complete_and_push(lease, items, window=window, redispatch_after=redispatch_after,
+                                      promote_limit=promote_limit)
+        return done.added, done.to_send
+
+    def complete_and_push(self, lease: Lease, items: Iterable[tuple[str, Mapping[str, Any]]] = (),
+                          *, window: int | None = None, redispatch_after: float = 60.0,
+                          promote_limit: int = 1000, push: ListPush | None = None) -> Completion:
+        """:meth:`complete_and_dispatch`, and with ``push`` the script pushes the refill's messages
+        onto the broker's lists itself (``_push.lua``); what it did not push is left to send."""
         task_id, token = lease_ids(lease)
         args = item_args(items)
         refill = window is not None and self.shard_count == 1
         window_arg: int | str = check_int("window", window, 0, 1_000_000) if refill else ""
         after_ms = int(check_number("redispatch_after", redispatch_after, 0, 30 * 86_400, "seconds") * 1000)
         limit = check_int("promote_limit", promote_limit, 1, MAX_BATCH)
+        if push is not None and not isinstance(push, ListPush):
+            raise InvalidInput(f"push must be a ListPush, got {type(push).__name__}")
+        push_args = push.args() if push is not None and refill else []
         shard = self._of(task_id)
         k = self._shards[shard]
         reply = self._run("complete_dispatch", task_id, token, self.history_max, int(self.history_age * 1000),
-                          window_arg, after_ms, limit, *args,
+                          window_arg, after_ms, limit, len(push_args), *push_args, *args,
                           keys=[*self._key_lists[shard], k.items, k.item_log], shard=shard)
         if refused(reply):
             raise_for(reply, task_id, token)
-        added, flat = reply
-        return int(added), dispatched_from(flat) if refill else None
+        added, flat, pushed, error = reply
+        if isinstance(error, bytes):
+            error = error.decode(errors="replace")
+        return Completion(int(added), dispatched_from(flat) if refill else None, int(pushed), error or None)

@@ -1,0 +1,210 @@
+"""Let a completion's script push the refill's Celery messages onto the broker lists itself.
+
+Every completion dispatches the next task, whose Celery message a pool process would then publish:
+a few tenths of a millisecond of Celery and kombu CPU and a round trip, once per task, and (with
+``acks_late``) on the task's critical path. When the broker is Celery's Redis transport on the
+state Redis's server (the default: ``CELERY_BROKER_URL`` unset), ``complete_dispatch.lua`` can
+``LPUSH`` that message itself as its last step (``state/_push.lua``). This module tells when it can,
+and builds what the script needs (:class:`~celery_ha.state.list_push.ListPush`):
+
+- the message, captured from Celery itself: ``send_task`` of a task called ``@@n@@`` with the
+  argument ``@@i@@``, published through kombu's in-memory transport (a virtual channel, the same
+  code as the Redis transport's up to the list push), then turned into a template by cutting at the
+  markers. So the headers, properties and body are exactly what this Celery and kombu write for a
+  refill (``publisher.publish_ids``), but for the body: kept as JSON text (``body_encoding`` unset,
+  which kombu's virtual transport reads as is) instead of base64, which Lua would have to encode;
+- the list of each message priority, as kombu names it (priority steps, separator and
+  ``global_keyprefix`` from ``broker_transport_options``), and the broker's database.
+
+It cannot when the broker is another server or another transport (RabbitMQ, Sentinel given its own
+URL, a Redis named differently), when something listens to ``before_task_publish`` or
+``after_task_publish`` (tracing hooks expect to see every publish), with task-sent events, with
+batches (``CELERY_HA_BATCH``: one message carries several ids), with a durable task of a queue other
+than ``crawl`` registered, or with ``CELERY_HA_SCRIPT_PUSH=0``. Then, and for whatever the script
+leaves (a re-send, a refused command), the Python publish goes on as before (``integration/sender.py``).
+A refused push (say, an ACL without ``SELECT``) turns the script push off for the process; a full
+Redis (OOM) does not, as it passes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+from bisect import bisect
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from celery import signals
+from kombu import Connection, Producer
+from kombu.transport.redis import PRIORITY_STEPS, Channel
+
+from celery_ha.base.per_process import PerProcess
+from celery_ha.integration.queues import CRAWL, broker_queue
+from celery_ha.integration.services import Services
+from celery_ha.integration.task_spec import REGISTRY
+from celery_ha.redisio.sentinel import is_sentinel_url
+from celery_ha.state.list_push import PRIORITIES, ListPush
+
+log = logging.getLogger(__name__)
+
+#: Markers of the captured message, and the template code each becomes.
+MARKERS = {"@@i@@": "i", "@@n@@": "n", '"@@p@@"': "p", "@@x@@": "x"}
+_MARKER = re.compile("|".join(re.escape(m) for m in MARKERS))
+
+
+def _server(url: str) -> tuple[tuple[Any, ...], int] | None:
+    """(what names the server: scheme, host, port, user, password, or the socket path; the database)
+    of a redis://, rediss:// or unix:// URL, else None."""
+    try:
+        parts = urlsplit(url)
+        query = parse_qs(parts.query)
+        if parts.scheme == "unix":
+            return ("unix", parts.path), int(query.get("db", ["0"])[0])
+        if parts.scheme not in ("redis", "rediss"):
+            return None
+        path_db = parts.path.strip("/")
+        db = int(path_db or query.get("db", ["0"])[0])
+        user = unquote(parts.username) if parts.username else None
+        password = unquote(parts.password) if parts.password else None
+        return (parts.scheme, parts.hostname or "localhost", parts.port or 6379, user, password), db
+    except ValueError:
+        return None
+
+
+def broker_db(broker_url: str, state_url: str, *, configured_same: bool = False) -> tuple[bool, int | None]:
+    """(whether the broker lives on the state Redis's server, its database there: None for the
+    state's own). ``configured_same``: ``CELERY_BROKER_URL`` is unset, so a Sentinel broker is the
+    state's master."""
+    broker, state = _server(broker_url), _server(state_url)
+    if broker is None or state is None:
+        return configured_same and is_sentinel_url(state_url), None
+    if broker[0] != state[0]:
+        return False, None
+    return True, None if broker[1] == state[1] else broker[1]
+
+
+def list_keys(queue: str, transport_options: dict[str, Any]) -> tuple[str, ...]:
+    """The Redis list kombu pushes a message of each priority 0..9 onto, for ``queue``."""
+    steps = transport_options.get("priority_steps", PRIORITY_STEPS)
+    sep = transport_options.get("sep", Channel.sep)
+    prefix = transport_options.get("global_keyprefix", "")
+    keys = []
+    for priority in range(PRIORITIES):
+        step = steps[bisect(steps, priority) - 1]
+        keys.append(f"{prefix}{queue}{sep}{step}" if step else f"{prefix}{queue}")
+    return tuple(keys)
+
+
+def captured_message(app: Any, queue: str) -> dict[str, Any]:
+    """The kombu message a refill publish of ``queue`` writes, with markers for the task's values."""
+    with Connection("memory://") as connection:
+        channel = connection.channel()
+        try:
+            app.send_task("@@n@@", args=["@@i@@"], queue=queue, priority=0, task_id="@@i@@.@@x@@",
+                          producer=Producer(channel), argsrepr=repr(["@@i@@"]), kwargsrepr="{}",
+                          add_to_parent=False, declare=[])
+            message: dict[str, Any] = channel._get(queue)
+        finally:
+            channel.close()
+    properties = message["properties"]
+    if properties.get("body_encoding") == "base64":
+        message["body"] = base64.b64decode(message["body"]).decode()
+    properties["body_encoding"] = None
+    properties["priority"] = "@@p@@"
+    properties["delivery_tag"] = "@@x@@"
+    return message
+
+
+def template_of(message: dict[str, Any]) -> tuple[str, ...]:
+    """``message`` as JSON, cut at its markers: fragment, code, fragment, ..., fragment."""
+    text = json.dumps(message)
+    parts: list[str] = []
+    at = 0
+    for match in _MARKER.finditer(text):
+        parts += [text[at:match.start()], MARKERS[match.group()]]
+        at = match.end()
+    parts.append(text[at:])
+    return tuple(parts)
+
+
+class _Plan:
+    """This process's answer for one app and namespace: the ListPush, or why there is none."""
+
+    def __init__(self) -> None:
+        self.key: tuple[int, str] | None = None
+        self.push: ListPush | None = None
+        self.why_not = ""
+
+    def build(self, app: Any, rt: Services) -> None:
+        """Decide for ``app`` and ``rt``; never raises (anything unexpected means no push)."""
+        self.key, self.push, self.why_not = (id(app), rt.settings.namespace), None, ""
+        try:
+            self.why_not = _refusal(app, rt)
+            if not self.why_not:
+                self.push = _list_push(app, rt)
+        except Exception as exc:  # a Celery or kombu this code does not know: publish from Python
+            self.push, self.why_not = None, f"no push could be built ({type(exc).__name__}: {exc})"
+        if self.push is not None and not {"i", "n", "x"} <= set(self.push.template[1::2]):
+            self.push, self.why_not = None, "the captured message does not carry the task's id and name"
+
+
+def _refusal(app: Any, rt: Services) -> str:
+    """Why the script cannot push for ``app`` and ``rt`` (see the module docstring), or ''."""
+    conf, settings = app.conf, rt.settings
+    if not settings.script_push:
+        return "CELERY_HA_SCRIPT_PUSH=0"
+    if not _broker_db(app, rt)[0]:
+        return "the broker is not a Redis on the state's server"
+    if rt.queue.shard_count != 1:
+        return "a sharded namespace"
+    if settings.largest_batch != 1:
+        return "batches (CELERY_HA_BATCH)"
+    if conf.task_send_sent_event:
+        return "task-sent events"
+    if str(conf.task_serializer) != "json" or int(conf.task_protocol or 2) != 2:
+        return "a task serializer or protocol other than JSON, protocol 2"
+    if any(spec.queue != CRAWL for spec in REGISTRY.values()):
+        return "a durable task of another queue"
+    return ""
+
+
+def _broker_db(app: Any, rt: Services) -> tuple[bool, int | None]:
+    return broker_db(str(app.conf.broker_url or ""), rt.redis_url,
+                     configured_same=rt.settings.broker_url is None)
+
+
+def _list_push(app: Any, rt: Services) -> ListPush:
+    queue = broker_queue(rt.settings.namespace, CRAWL)
+    return ListPush(keys=list_keys(queue, dict(app.conf.broker_transport_options or {})),
+                    template=template_of(captured_message(app, queue)), db=_broker_db(app, rt)[1])
+
+
+_plan = PerProcess(_Plan)
+
+
+def script_push(app: Any, rt: Services) -> ListPush | None:
+    """What a completion's script needs to push its refill messages itself, or None to publish them
+    from Python (see the module docstring). Decided once per process, app and namespace; the publish
+    signals are looked at on every call (a tracing hook may connect later)."""
+    plan = _plan.get()
+    if plan.key != (id(app), rt.settings.namespace):
+        plan.build(app, rt)
+        log.debug("refill messages %s", "pushed by the completion's script" if plan.push
+                  else f"published from Python ({plan.why_not})")
+    if plan.push is None or signals.before_task_publish.receivers or signals.after_task_publish.receivers:
+        return None
+    return plan.push
+
+
+def push_refused(error: str) -> None:
+    """A script's push was refused: this process publishes from Python from now on, unless Redis was
+    only full (OOM: the Python publish of what was left fails alike, and the pump re-sends it later)."""
+    plan = _plan.get()
+    if error.startswith("OOM"):
+        log.debug("refill push refused, Redis is full: %s", error)
+    elif plan.push is not None:
+        log.warning("the completion script could not push refill messages (%s): this process publishes "
+                    "them from Python from now on", error)
+        plan.push, plan.why_not = None, f"a push was refused: {error}"

@@ -1,0 +1,211 @@
+"""The completion script pushes the refill's Celery messages onto a Redis broker itself.
+
+Real Celery, kombu and Redis: the message the script pushes is compared with the one Celery's own
+publish writes for the same task, and a real worker's crawl is watched with MONITOR to see who pushed
+each message (a script's commands show as ``lua``)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery, signals
+
+from celery_ha.base.settings import Settings
+from celery_ha.integration import script_push as sp
+from celery_ha.integration.publisher import HeldProducer, publish_ids
+from celery_ha.integration.pump import celery_priority
+from celery_ha.integration.queues import broker_queue
+from celery_ha.integration.services import Services
+from celery_ha.integration.task_spec import REGISTRY, DurableTask
+from celery_ha.redisio.client import redis_client
+from celery_ha.state import TaskQueue
+from celery_ha.state.list_push import message_priority
+from tests.support.celery_fixtures import make_cluster, site  # noqa: F401  (fixtures)
+from tests.support.celery_helpers import wait_for
+
+NS = "spush"
+QUEUE = broker_queue(NS)
+
+
+def _db_url(redis_url: str, db: int) -> str:
+    return f"{redis_url.rsplit('/', 1)[0]}/{db}"
+
+
+def _app(broker_url: str, **conf: Any) -> Celery:
+    app = Celery("spush", broker=broker_url)
+    app.conf.update({"task_serializer": "json", "accept_content": ["json"], "task_send_sent_event": False,
+                     "broker_connection_retry_on_startup": True, **conf})
+    return app
+
+
+def _rt(redis_url: str, **settings: Any) -> Services:
+    client = redis_client(redis_url)
+    return Services(settings=Settings(redis_url=redis_url, broker_url=settings.pop("broker_url", None),
+                                      namespace=NS, **settings),
+                    redis_url=redis_url, client=client, queue=TaskQueue(client, NS, lease_ttl=30))
+
+
+@pytest.fixture
+def broker(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(_db_url(redis_url, 9))
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()
+
+
+def _decoded(raw: bytes) -> dict[str, Any]:
+    message = json.loads(raw)
+    if message["properties"].get("body_encoding") == "base64":
+        message["body"] = base64.b64decode(message["body"]).decode()
+    message["body"] = json.loads(message["body"])
+    return message
+
+
+def test_the_pushed_message_is_the_one_celery_publishes(redis_url: str, broker: redis.Redis) -> None:
+    """Field by field, the script's message is Celery's own for the same task, but for what is unique
+    to each message (its id's nonce, the delivery tag) and the body's encoding (JSON text, not base64)."""
+    app = _app(_db_url(redis_url, 9))
+    rt = _rt(redis_url, broker_url=_db_url(redis_url, 9))
+    push = sp.script_push(app, rt)
+    assert push is not None and push.db == 9
+    q = rt.queue
+    first = q.enqueue("https://example.com/first")
+    nxt = q.enqueue("https://example.com/next", priority=2, task="detail_page")
+    done = q.complete_and_push(q.claim(first, "w"), window=1, push=push)
+    assert (done.pushed, done.to_send) == (1, [])
+    key = push.keys[message_priority(2)]
+    (pushed_raw,) = broker.lrange(key, 0, -1)
+    broker.delete(key)
+    held = HeldProducer()
+    publish_ids(app, "detail_page", [nxt], queue=QUEUE, priority=celery_priority(2), message_id=f"{nxt}.abcd",
+                producer=held.get(app))
+    held.release()
+    (published_raw,) = broker.lrange(key, 0, -1)  # the same list: kombu chose it from the same priority
+    pushed, published = _decoded(pushed_raw), _decoded(published_raw)
+    message_id = pushed["headers"]["id"]
+    assert message_id.startswith(f"{nxt}.") and len(message_id) > len(nxt) + 8
+    for message in (pushed, published):
+        for field in ("id", "root_id"):
+            message["headers"].pop(field)
+        for field in ("delivery_tag", "correlation_id", "body_encoding"):
+            message["properties"].pop(field)
+    assert pushed == published
+    assert pushed["headers"]["task"] == "detail_page" and pushed["body"][0] == [nxt]
+
+
+def test_a_redis_broker_elsewhere_or_of_another_kind_gets_no_push(redis_url: str) -> None:
+    host, port = redis_url.split("//", 1)[1].split("/", 1)[0].split(":")
+    assert sp.broker_db(redis_url, redis_url) == (True, None)
+    assert sp.broker_db(_db_url(redis_url, 3), redis_url) == (True, 3)
+    assert sp.broker_db(f"redis://{host}:{int(port) + 1}/0", redis_url) == (False, None)
+    assert sp.broker_db(f"redis://:secret@{host}:{port}/0", redis_url) == (False, None)  # another user
+    assert sp.broker_db("amqp://guest:guest@127.0.0.1:5672//", redis_url) == (False, None)
+    sentinel = "sentinel://127.0.0.1:26379/0"
+    assert sp.broker_db(sentinel, sentinel, configured_same=True) == (True, None)
+    assert sp.broker_db(sentinel, sentinel) == (False, None)
+
+
+def test_list_keys_follow_kombus_priority_steps_and_key_prefix() -> None:
+    keys = sp.list_keys("ns.crawl", {})
+    assert keys[0:3] == ("ns.crawl",) * 3
+    assert keys[3] == "ns.crawl\x06\x163" and keys[9] == "ns.crawl\x06\x169"
+    options = {"priority_steps": list(range(10)), "sep": ":", "global_keyprefix": "p/"}
+    custom = sp.list_keys("ns.crawl", options)
+    assert custom == ("p/ns.crawl", *(f"p/ns.crawl:{n}" for n in range(1, 10)))
+
+
+@pytest.mark.parametrize("why, setup", [
+    ("CELERY_HA_SCRIPT_PUSH=0", {"settings": {"script_push": False}}),
+    ("batches", {"settings": {"batch": {"*": 5}}}),
+    ("task-sent events", {"conf": {"task_send_sent_event": True}}),
+    ("not a Redis", {"settings": {"broker_url": "amqp://guest:guest@127.0.0.1:5672//"},
+                     "broker": "amqp://guest:guest@127.0.0.1:5672//"}),
+])
+def test_what_turns_the_push_off(redis_url: str, why: str, setup: dict[str, Any]) -> None:
+    app = _app(setup.get("broker", redis_url), **setup.get("conf", {}))
+    rt = _rt(redis_url, **setup.get("settings", {}))
+    assert sp.script_push(app, rt) is None
+    assert why in sp._plan.get().why_not
+
+
+def test_a_durable_task_of_another_queue_turns_the_push_off(redis_url: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    other = DurableTask(name="spush_other", fn=lambda c: None, queue="slow")
+    monkeypatch.setitem(REGISTRY, "spush_other", other)
+    assert sp.script_push(_app(redis_url), _rt(redis_url)) is None
+    assert "another queue" in sp._plan.get().why_not
+
+
+def test_a_publish_signal_receiver_turns_the_push_off_while_connected(redis_url: str) -> None:
+    app, rt = _app(redis_url), _rt(redis_url)
+    assert sp.script_push(app, rt) is not None
+
+    def trace(**kwargs: Any) -> None:
+        pass
+
+    signals.before_task_publish.connect(trace)
+    try:
+        assert sp.script_push(app, rt) is None
+    finally:
+        signals.before_task_publish.disconnect(trace)
+    assert sp.script_push(app, rt) is not None
+
+
+def test_a_refused_push_turns_it_off_for_the_process(redis_url: str,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    app, rt = _app(redis_url), _rt(redis_url)
+    assert sp.script_push(app, rt) is not None
+    sp.push_refused("OOM command not allowed when used memory > 'maxmemory'.")  # it passes
+    assert sp.script_push(app, rt) is not None
+    sp.push_refused("NOPERM this user has no permissions to run the 'select' command")
+    assert sp.script_push(app, rt) is None
+    assert "publishes them from Python" in caplog.text
+    sp._plan.get().key = None  # the next test decides afresh
+
+
+def _monitor_lpushes(url: str, stop_word: str, seen: list[dict[str, Any]], ready: threading.Event) -> None:
+    client = redis.Redis.from_url(url)
+    with client.monitor() as monitor:
+        ready.set()
+        for command in monitor.listen():
+            text = command["command"]
+            if stop_word in text:
+                return
+            if text.startswith("LPUSH"):
+                seen.append(command)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script_push", ["1", "0"])
+def test_a_real_workers_refills_are_pushed_by_the_completion_script(make_cluster, site, script_push: str  # noqa: F811
+                                                                   ) -> None:
+    """Through a real worker every refill message is pushed by the completion's script (MONITOR shows
+    its LPUSH as a script's), and the crawl completes; with CELERY_HA_SCRIPT_PUSH=0 every message is
+    published by a client (kombu)."""
+    cluster = make_cluster(CELERY_HA_WINDOW="2", CELERY_HA_SCRIPT_PUSH=script_push)
+    cluster.worker("w1", concurrency=2)
+    seen: list[dict[str, Any]] = []
+    ready = threading.Event()
+    watcher = threading.Thread(target=_monitor_lpushes, daemon=True,
+                               args=(cluster.broker_url, "monitor-stop", seen, ready))
+    watcher.start()
+    assert ready.wait(10)
+    ids = cluster.q.enqueue_many([site.case_url(n) for n in range(12)])
+    cluster.pump()  # the first two messages, from this process
+    wait_for(lambda: cluster.all_completed(ids), timeout=60, message="12 tasks completed")
+    cluster.r.echo("monitor-stop")
+    watcher.join(10)
+    crawl = [c for c in seen if cluster.crawl_queue in c["command"]]
+    by_script = [c for c in crawl if c.get("client_type") == "lua"]
+    assert len(crawl) >= 12
+    if script_push == "1":
+        assert len(by_script) == 10, [c["command"][:80] for c in crawl]  # 12 tasks, 2 sent by the pump
+    else:
+        assert by_script == []

@@ -130,16 +130,19 @@ def template_of(message: dict[str, Any]) -> tuple[str, ...]:
 
 
 class _Plan:
-    """This process's answer for one app and namespace: the ListPush, or why there is none."""
+    """This process's answer for one app and one set of services: the ListPush, or why there is none."""
 
     def __init__(self) -> None:
-        self.key: tuple[int, str] | None = None
+        self.made_for: tuple[Any, Services] | None = None  # held, so neither id is reused meanwhile
         self.push: ListPush | None = None
         self.why_not = ""
 
+    def is_for(self, app: Any, rt: Services) -> bool:
+        return self.made_for is not None and self.made_for[0] is app and self.made_for[1] is rt
+
     def build(self, app: Any, rt: Services) -> None:
         """Decide for ``app`` and ``rt``; never raises (anything unexpected means no push)."""
-        self.key, self.push, self.why_not = (id(app), rt.settings.namespace), None, ""
+        self.made_for, self.push, self.why_not = (app, rt), None, ""
         try:
             self.why_not = _refusal(app, rt)
             if not self.why_not:
@@ -186,10 +189,10 @@ _plan = PerProcess(_Plan)
 
 def script_push(app: Any, rt: Services) -> ListPush | None:
     """What a completion's script needs to push its refill messages itself, or None to publish them
-    from Python (see the module docstring). Decided once per process, app and namespace; the publish
+    from Python (see the module docstring). Decided once per process, app and services; the publish
     signals are looked at on every call (a tracing hook may connect later)."""
     plan = _plan.get()
-    if plan.key != (id(app), rt.settings.namespace):
+    if not plan.is_for(app, rt):
         plan.build(app, rt)
         log.debug("refill messages %s", "pushed by the completion's script" if plan.push
                   else f"published from Python ({plan.why_not})")

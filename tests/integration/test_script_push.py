@@ -167,7 +167,6 @@ def test_a_refused_push_turns_it_off_for_the_process(redis_url: str,
     sp.push_refused("NOPERM this user has no permissions to run the 'select' command")
     assert sp.script_push(app, rt) is None
     assert "publishes them from Python" in caplog.text
-    sp._plan.get().key = None  # the next test decides afresh
 
 
 def _monitor_lpushes(url: str, stop_word: str, seen: list[dict[str, Any]], ready: threading.Event) -> None:

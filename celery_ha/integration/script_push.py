@@ -20,7 +20,8 @@ It cannot when the broker is another server or another transport (RabbitMQ, Sent
 URL, a Redis named differently), when something listens to ``before_task_publish`` or
 ``after_task_publish`` (tracing hooks expect to see every publish), with task-sent events, with
 batches (``CELERY_HA_BATCH``: one message carries several ids), with a durable task of a queue other
-than ``crawl`` registered, or with ``CELERY_HA_SCRIPT_PUSH=0``. Then, and for whatever the script
+than ``crawl`` registered, when the crawl queue is routed through a named exchange (kombu would
+deliver through its bindings), or with ``CELERY_HA_SCRIPT_PUSH=0``. Then, and for whatever the script
 leaves (a re-send, a refused command), the Python publish goes on as before (``integration/sender.py``).
 A refused push (say, an ACL without ``SELECT``) turns the script push off for the process; a full
 Redis (OOM) does not, as it passes.
@@ -104,7 +105,7 @@ def captured_message(app: Any, queue: str) -> dict[str, Any]:
         try:
             app.send_task("@@n@@", args=["@@i@@"], queue=queue, priority=0, task_id="@@i@@.@@x@@",
                           producer=Producer(channel), argsrepr=repr(["@@i@@"]), kwargsrepr="{}",
-                          add_to_parent=False, declare=[])
+                          add_to_parent=False)
             message: dict[str, Any] = channel._get(queue)
         finally:
             channel.close()
@@ -147,6 +148,7 @@ class _Plan:
             self.why_not = _refusal(app, rt)
             if not self.why_not:
                 self.push = _list_push(app, rt)
+                self.why_not = "" if self.push else "the crawl queue is routed through an exchange"
         except Exception as exc:  # a Celery or kombu this code does not know: publish from Python
             self.push, self.why_not = None, f"no push could be built ({type(exc).__name__}: {exc})"
         if self.push is not None and not {"i", "n", "x"} <= set(self.push.template[1::2]):
@@ -178,10 +180,15 @@ def _broker_db(app: Any, rt: Services) -> tuple[bool, int | None]:
                      configured_same=rt.settings.broker_url is None)
 
 
-def _list_push(app: Any, rt: Services) -> ListPush:
+def _list_push(app: Any, rt: Services) -> ListPush | None:
+    """The ListPush for ``app``'s crawl queue; None when Celery routes it through an exchange (kombu
+    would look the queues up in the exchange's bindings: the script pushes to the queue's lists only)."""
     queue = broker_queue(rt.settings.namespace, CRAWL)
+    message = captured_message(app, queue)
+    if message["properties"].get("delivery_info") != {"exchange": "", "routing_key": queue}:
+        return None
     return ListPush(keys=list_keys(queue, dict(app.conf.broker_transport_options or {})),
-                    template=template_of(captured_message(app, queue)), db=_broker_db(app, rt)[1])
+                    template=template_of(message), db=_broker_db(app, rt)[1])
 
 
 _plan = PerProcess(_Plan)

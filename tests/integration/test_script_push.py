@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery, signals
+from kombu import Exchange, Queue
 
 from celery_ha.base.settings import Settings
 from celery_ha.integration import script_push as sp
@@ -133,6 +134,13 @@ def test_what_turns_the_push_off(redis_url: str, why: str, setup: dict[str, Any]
     rt = _rt(redis_url, **setup.get("settings", {}))
     assert sp.script_push(app, rt) is None
     assert why in sp._plan.get().why_not
+
+
+def test_a_crawl_queue_routed_through_an_exchange_gets_no_push(redis_url: str) -> None:
+    routed = Queue(QUEUE, Exchange("spush.x", type="topic"), routing_key="crawl.#")
+    app = _app(redis_url, task_queues=[routed])
+    assert sp.script_push(app, _rt(redis_url)) is None
+    assert "exchange" in sp._plan.get().why_not
 
 
 def test_a_durable_task_of_another_queue_turns_the_push_off(redis_url: str,

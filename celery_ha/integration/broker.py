@@ -70,11 +70,13 @@ def kombu_broker(url: str, settings: Settings) -> KombuBroker:
 
 
 def broker_lists(queue: str, transport_options: dict[str, Any] | None = None) -> list[str]:
-    """The Redis lists kombu uses for ``queue`` (one per priority step)."""
+    """The Redis lists kombu uses for ``queue`` (one per priority step), as a client without kombu's
+    ``global_keyprefix`` names them."""
     opts = transport_options or {}
     steps = opts.get("priority_steps", PRIORITY_STEPS)
     sep = opts.get("sep", Channel.sep)
-    return [queue if step == 0 else f"{queue}{sep}{step}" for step in steps]
+    prefix = opts.get("global_keyprefix", "")
+    return [f"{prefix}{queue}" if step == 0 else f"{prefix}{queue}{sep}{step}" for step in steps]
 
 
 def broker_backlog(client: redis.Redis, queue: str, transport_options: dict[str, Any] | None = None

@@ -33,15 +33,18 @@ import base64
 import json
 import logging
 import re
+import threading
 from bisect import bisect
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from celery import signals
+from celery.exceptions import SoftTimeLimitExceeded
 from kombu import Connection, Producer
-from kombu.transport.redis import PRIORITY_STEPS, Channel
+from kombu.transport.redis import PRIORITY_STEPS
 
 from celery_ha.base.per_process import PerProcess
+from celery_ha.integration.broker import broker_lists, kombu_broker
 from celery_ha.integration.queues import CRAWL, broker_queue
 from celery_ha.integration.services import Services
 from celery_ha.integration.task_spec import REGISTRY
@@ -53,6 +56,9 @@ log = logging.getLogger(__name__)
 #: Markers of the captured message, and the template code each becomes.
 MARKERS = {"@@i@@": "i", "@@n@@": "n", '"@@p@@"': "p", "@@x@@": "x"}
 _MARKER = re.compile("|".join(re.escape(m) for m in MARKERS))
+
+#: Seconds a capture may take (it publishes to kombu's in-memory transport: milliseconds).
+CAPTURE_TIMEOUT = 10.0
 
 
 def _server(url: str) -> tuple[tuple[Any, ...], int] | None:
@@ -74,48 +80,61 @@ def _server(url: str) -> tuple[tuple[Any, ...], int] | None:
         return None
 
 
-def broker_db(broker_url: str, state_url: str, *, configured_same: bool = False) -> tuple[bool, int | None]:
-    """(whether the broker lives on the state Redis's server, its database there: None for the
-    state's own). ``configured_same``: ``CELERY_BROKER_URL`` is unset, so a Sentinel broker is the
-    state's master."""
+def broker_db(broker_url: str, state_url: str) -> tuple[bool, int | None]:
+    """(whether a redis://, rediss:// or unix:// broker lives on the state Redis's server, its
+    database there: None for the state's own). Any other URL: (False, None)."""
     broker, state = _server(broker_url), _server(state_url)
-    if broker is None or state is None:
-        return configured_same and is_sentinel_url(state_url), None
-    if broker[0] != state[0]:
+    if broker is None or state is None or broker[0] != state[0]:
         return False, None
     return True, None if broker[1] == state[1] else broker[1]
 
 
 def list_keys(queue: str, transport_options: dict[str, Any]) -> tuple[str, ...]:
-    """The Redis list kombu pushes a message of each priority 0..9 onto, for ``queue``."""
+    """The Redis list kombu pushes a message of each priority 0..9 onto, for ``queue``: the list of
+    the priority step at or below it (``_q_for_pri``)."""
     steps = transport_options.get("priority_steps", PRIORITY_STEPS)
-    sep = transport_options.get("sep", Channel.sep)
-    prefix = transport_options.get("global_keyprefix", "")
-    keys = []
-    for priority in range(PRIORITIES):
-        step = steps[bisect(steps, priority) - 1]
-        keys.append(f"{prefix}{queue}{sep}{step}" if step else f"{prefix}{queue}")
-    return tuple(keys)
+    by_step = dict(zip(steps, broker_lists(queue, transport_options), strict=True))
+    return tuple(by_step[steps[bisect(steps, priority) - 1]] for priority in range(PRIORITIES))
 
 
-def captured_message(app: Any, queue: str) -> dict[str, Any]:
-    """The kombu message a refill publish of ``queue`` writes, with markers for the task's values."""
-    with Connection("memory://") as connection:
-        channel = connection.channel()
+def captured_messages(app: Any, queue: str, names: list[str]) -> list[dict[str, Any]]:
+    """The kombu message a refill publish of each of ``names`` on ``queue`` writes, with markers for
+    the task's values (``@@n@@`` as a name keeps the name's place too). Captured in one thread of its
+    own: inside a task Celery would make each message that task's child (``parent_id``, ``root_id``),
+    and the template would carry it for every message; and ``reply_to`` is the thread's."""
+    captured: list[dict[str, Any]] = []
+    failed: list[BaseException] = []
+
+    def capture() -> None:
         try:
-            app.send_task("@@n@@", args=["@@i@@"], queue=queue, priority=0, task_id="@@i@@.@@x@@",
-                          producer=Producer(channel), argsrepr=repr(["@@i@@"]), kwargsrepr="{}",
-                          add_to_parent=False)
-            message: dict[str, Any] = channel._get(queue)
-        finally:
-            channel.close()
-    properties = message["properties"]
-    if properties.get("body_encoding") == "base64":
-        message["body"] = base64.b64decode(message["body"]).decode()
-    properties["body_encoding"] = None
-    properties["priority"] = "@@p@@"
-    properties["delivery_tag"] = "@@x@@"
-    return message
+            with Connection("memory://") as connection:
+                channel = connection.channel()
+                try:
+                    for name in names:
+                        app.send_task(name, args=["@@i@@"], queue=queue, priority=0, task_id="@@i@@.@@x@@",
+                                      producer=Producer(channel), argsrepr=repr(["@@i@@"]), kwargsrepr="{}",
+                                      add_to_parent=False)
+                        captured.append(channel._get(queue))
+                finally:
+                    channel.close()
+        except BaseException as exc:  # handed to the caller
+            failed.append(exc)
+
+    thread = threading.Thread(target=capture, name="celery-ha-capture", daemon=True)
+    thread.start()
+    thread.join(CAPTURE_TIMEOUT)
+    if failed:
+        raise failed[0]
+    if len(captured) != len(names):
+        raise TimeoutError(f"capturing messages took more than {CAPTURE_TIMEOUT:g} s")
+    for message in captured:
+        properties = message["properties"]
+        if properties.get("body_encoding") == "base64":
+            message["body"] = base64.b64decode(message["body"]).decode()
+        properties["body_encoding"] = None
+        properties["priority"] = "@@p@@"
+        properties["delivery_tag"] = "@@x@@"
+    return captured
 
 
 def template_of(message: dict[str, Any]) -> tuple[str, ...]:
@@ -134,25 +153,28 @@ class _Plan:
     """This process's answer for one app and one set of services: the ListPush, or why there is none."""
 
     def __init__(self) -> None:
-        self.made_for: tuple[Any, Services] | None = None  # held, so neither id is reused meanwhile
+        self.made_for: tuple[Any, Services, int] | None = None  # app and services held: no id reuse
         self.push: ListPush | None = None
         self.why_not = ""
 
     def is_for(self, app: Any, rt: Services) -> bool:
-        return self.made_for is not None and self.made_for[0] is app and self.made_for[1] is rt
+        made = self.made_for
+        return made is not None and made[0] is app and made[1] is rt and made[2] == len(REGISTRY)
 
     def build(self, app: Any, rt: Services) -> None:
-        """Decide for ``app`` and ``rt``; never raises (anything unexpected means no push)."""
-        self.made_for, self.push, self.why_not = (app, rt), None, ""
+        """Decide for ``app`` and ``rt`` (and the durable tasks registered now). Anything unexpected
+        means no push, but a soft time limit of the task that asked goes on up (and the next call
+        decides again)."""
         try:
-            self.why_not = _refusal(app, rt)
-            if not self.why_not:
-                self.push = _list_push(app, rt)
-                self.why_not = "" if self.push else "the crawl queue is routed through an exchange"
+            why_not = _refusal(app, rt)
+            push = None if why_not else _list_push(app, rt)
+            if push is None and not why_not:
+                why_not = "the crawl queue's messages differ from what the script can push"
+        except SoftTimeLimitExceeded:
+            raise
         except Exception as exc:  # a Celery or kombu this code does not know: publish from Python
-            self.push, self.why_not = None, f"no push could be built ({type(exc).__name__}: {exc})"
-        if self.push is not None and not {"i", "n", "x"} <= set(self.push.template[1::2]):
-            self.push, self.why_not = None, "the captured message does not carry the task's id and name"
+            push, why_not = None, f"no push could be built ({type(exc).__name__}: {exc})"
+        self.made_for, self.push, self.why_not = (app, rt, len(REGISTRY)), push, why_not
 
 
 def _refusal(app: Any, rt: Services) -> str:
@@ -176,19 +198,50 @@ def _refusal(app: Any, rt: Services) -> str:
 
 
 def _broker_db(app: Any, rt: Services) -> tuple[bool, int | None]:
-    return broker_db(str(app.conf.broker_url or ""), rt.redis_url,
-                     configured_same=rt.settings.broker_url is None)
+    """Where the app's broker is, against the state Redis: Celery publishes to ``broker_write_url``
+    when set, else ``broker_url``; both must be the same. Under Sentinel, only a broker built from
+    the state's own URL (``CELERY_BROKER_URL`` unset) is known to be the state's master."""
+    conf = app.conf
+    url = str(conf.broker_url or "")
+    if str(conf.broker_write_url or url) != url:
+        return False, None
+    if is_sentinel_url(rt.redis_url):
+        own = kombu_broker(rt.redis_url, rt.settings)
+        options = dict(conf.broker_transport_options or {})
+        same = rt.settings.broker_url is None and url == own.url and \
+            options.get("master_name") == own.transport_options.get("master_name")
+        return same, None
+    return broker_db(url, rt.redis_url)
 
 
 def _list_push(app: Any, rt: Services) -> ListPush | None:
-    """The ListPush for ``app``'s crawl queue; None when Celery routes it through an exchange (kombu
-    would look the queues up in the exchange's bindings: the script pushes to the queue's lists only)."""
+    """The ListPush for ``app``'s crawl queue; None when a message the script would push is not the
+    one Celery would publish: the queue is routed through an exchange (kombu delivers through the
+    exchange's bindings), its lists expire (kombu refreshes their expiry on every publish), a task's
+    messages expire (the expiry is a time, counted from each publish), or the
+    registered durable tasks do not all publish alike (routes, expiry, time limits or compression of
+    their own). The template is theirs, so it carries what they share (the app's time limits); a
+    task name this process did not register gets the same."""
     queue = broker_queue(rt.settings.namespace, CRAWL)
-    message = captured_message(app, queue)
-    if message["properties"].get("delivery_info") != {"exchange": "", "routing_key": queue}:
+    declared = app.amqp.queues.get(queue)
+    if declared is not None and (declared.expires or (declared.queue_arguments or {}).get("x-expires")):
+        return None
+    names = sorted(REGISTRY) or ["@@n@@"]  # the registered tasks' own options (time limits, ...)
+    templates = set()
+    for message in captured_messages(app, queue, names):
+        if message["properties"].get("delivery_info") != {"exchange": "", "routing_key": queue}:
+            return None
+        if message["headers"].get("eta") or message["headers"].get("expires"):
+            return None  # a time of the capture's own (an expiry counts from the publish)
+        message["headers"]["task"] = "@@n@@"
+        templates.add(template_of(message))
+    if len(templates) != 1:  # one template serves every task: they must publish alike
+        return None
+    template = templates.pop()
+    if not {"i", "n", "x"} <= set(template[1::2]):
         return None
     return ListPush(keys=list_keys(queue, dict(app.conf.broker_transport_options or {})),
-                    template=template_of(message), db=_broker_db(app, rt)[1])
+                    template=template, db=_broker_db(app, rt)[1])
 
 
 _plan = PerProcess(_Plan)

@@ -10,15 +10,19 @@ import base64
 import json
 import threading
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import redis
 from celery import Celery, signals
+from celery._state import _task_stack
 from kombu import Exchange, Queue
+from kombu.transport.redis import PRIORITY_STEPS, Channel
 
 from celery_ha.base.settings import Settings
 from celery_ha.integration import script_push as sp
+from celery_ha.integration.broker import kombu_broker
 from celery_ha.integration.publisher import HeldProducer, publish_ids
 from celery_ha.integration.pump import celery_priority
 from celery_ha.integration.queues import broker_queue
@@ -95,7 +99,7 @@ def test_the_pushed_message_is_the_one_celery_publishes(redis_url: str, broker: 
     for message in (pushed, published):
         for field in ("id", "root_id"):
             message["headers"].pop(field)
-        for field in ("delivery_tag", "correlation_id", "body_encoding"):
+        for field in ("delivery_tag", "correlation_id", "body_encoding", "reply_to"):  # reply_to: per thread
             message["properties"].pop(field)
     assert pushed == published
     assert pushed["headers"]["task"] == "detail_page" and pushed["body"][0] == [nxt]
@@ -108,18 +112,42 @@ def test_a_redis_broker_elsewhere_or_of_another_kind_gets_no_push(redis_url: str
     assert sp.broker_db(f"redis://{host}:{int(port) + 1}/0", redis_url) == (False, None)
     assert sp.broker_db(f"redis://:secret@{host}:{port}/0", redis_url) == (False, None)  # another user
     assert sp.broker_db("amqp://guest:guest@127.0.0.1:5672//", redis_url) == (False, None)
-    sentinel = "sentinel://127.0.0.1:26379/0"
-    assert sp.broker_db(sentinel, sentinel, configured_same=True) == (True, None)
-    assert sp.broker_db(sentinel, sentinel) == (False, None)
+    assert sp.broker_db("sentinel://127.0.0.1:26379/0", "sentinel://127.0.0.1:26379/0") == (False, None)
 
 
-def test_list_keys_follow_kombus_priority_steps_and_key_prefix() -> None:
-    keys = sp.list_keys("ns.crawl", {})
-    assert keys[0:3] == ("ns.crawl",) * 3
-    assert keys[3] == "ns.crawl\x06\x163" and keys[9] == "ns.crawl\x06\x169"
-    options = {"priority_steps": list(range(10)), "sep": ":", "global_keyprefix": "p/"}
-    custom = sp.list_keys("ns.crawl", options)
-    assert custom == ("p/ns.crawl", *(f"p/ns.crawl:{n}" for n in range(1, 10)))
+def test_under_sentinel_only_the_states_own_master_is_pushed_to() -> None:
+    """The state on Sentinel: the push needs the broker that celeryconfig builds from the state's own
+    URL (CELERY_BROKER_URL unset) and the same master; any other broker the app names is elsewhere."""
+    state = "sentinel://127.0.0.1:26379/0"
+    settings = Settings(redis_url=state, sentinel_master="mymaster")
+    rt = SimpleNamespace(redis_url=state, settings=settings)
+    own = kombu_broker(state, settings)
+    app = _app(own.url, broker_transport_options=own.transport_options)
+    assert sp._broker_db(app, rt) == (True, None)
+    for other in (_app("amqp://guest:guest@127.0.0.1:5672//"), _app("redis://127.0.0.1:6380/0"),
+                  _app(own.url, broker_transport_options={**own.transport_options, "master_name": "other"})):
+        assert sp._broker_db(other, rt) == (False, None)
+    configured = SimpleNamespace(redis_url=state, settings=Settings(redis_url=state, broker_url=state,
+                                                                     sentinel_master="mymaster"))
+    assert sp._broker_db(app, configured) == (False, None)  # a broker URL of its own: not assumed
+
+
+def test_a_broker_write_url_elsewhere_gets_no_push(redis_url: str) -> None:
+    app = _app(redis_url, broker_write_url="redis://127.0.0.1:6380/0")
+    assert sp.script_push(app, _rt(redis_url)) is None
+
+
+@pytest.mark.parametrize("options", [{}, {"priority_steps": list(range(10)), "sep": ":"},
+                                     {"priority_steps": [0, 5], "global_keyprefix": "p/"}])
+def test_list_keys_are_kombus_own(options: dict[str, Any]) -> None:
+    """The key of each priority is what kombu's channel pushes to (its ``_q_for_pri``; the prefix is
+    what its prefixed client adds)."""
+    channel = SimpleNamespace(priority_steps=options.get("priority_steps", PRIORITY_STEPS),
+                              sep=options.get("sep", Channel.sep))
+    channel.priority = lambda n: Channel.priority(channel, n)  # type: ignore[attr-defined]
+    prefix = options.get("global_keyprefix", "")
+    expected = tuple(prefix + Channel._q_for_pri(channel, "ns.crawl", p) for p in range(10))
+    assert sp.list_keys("ns.crawl", options) == expected
 
 
 @pytest.mark.parametrize("why, setup", [
@@ -136,11 +164,63 @@ def test_what_turns_the_push_off(redis_url: str, why: str, setup: dict[str, Any]
     assert why in sp._plan.get().why_not
 
 
+def test_a_plan_made_inside_a_task_does_not_make_every_message_its_child(redis_url: str) -> None:
+    """The first completion of a process builds the plan while its task runs: the captured message
+    must not carry that task as parent (Celery reads the current task per thread)."""
+    app = _app(redis_url)
+
+    @app.task(name="spush_parent", shared=False)
+    def parent() -> None:
+        pass
+
+    parent.push_request(id="PARENT.x", root_id="ROOT.x", called_directly=False)
+    _task_stack.push(parent)
+    try:
+        assert app.current_worker_task is parent
+        push = sp.script_push(app, _rt(redis_url))
+    finally:
+        _task_stack.pop()
+        parent.pop_request()
+    assert push is not None
+    text = "".join(push.template)
+    assert "PARENT" not in text and "ROOT" not in text
+    assert '"parent_id": null' in text
+
+
+@pytest.mark.parametrize("options", [{"time_limit": 9}, {"expires": 30}])
+def test_a_durable_task_with_publish_options_of_its_own_gets_no_push(redis_url: str, options: dict[str, Any],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """One template serves every task: a task publishing otherwise than the others (its own time
+    limit), or with a time in its messages (an expiry counts from each publish), turns the push off."""
+    app = _app(redis_url)
+
+    @app.task(name="spush_plain", shared=False)
+    def plain() -> None:
+        pass
+
+    @app.task(name="spush_own", shared=False, **options)
+    def own() -> None:
+        pass
+
+    app.finalize()  # as a worker's app is: send_task reads the registered task's options
+    monkeypatch.setattr(sp, "REGISTRY", {name: DurableTask(name=name, fn=lambda c: None)
+                                         for name in ("spush_plain", "spush_own")})
+    assert sp.script_push(app, _rt(redis_url)) is None
+    assert "differ" in sp._plan.get().why_not
+    monkeypatch.setattr(sp, "REGISTRY", {"spush_plain": DurableTask(name="spush_plain", fn=lambda c: None)})
+    assert sp.script_push(app, _rt(redis_url)) is not None  # alone, it publishes as the template says
+
+
+def test_a_crawl_queue_whose_lists_expire_gets_no_push(redis_url: str) -> None:
+    app = _app(redis_url, task_queues=[Queue(QUEUE, routing_key=QUEUE, expires=600)])
+    assert sp.script_push(app, _rt(redis_url)) is None
+
+
 def test_a_crawl_queue_routed_through_an_exchange_gets_no_push(redis_url: str) -> None:
     routed = Queue(QUEUE, Exchange("spush.x", type="topic"), routing_key="crawl.#")
     app = _app(redis_url, task_queues=[routed])
     assert sp.script_push(app, _rt(redis_url)) is None
-    assert "exchange" in sp._plan.get().why_not
+    assert "differ" in sp._plan.get().why_not
 
 
 def test_a_durable_task_of_another_queue_turns_the_push_off(redis_url: str,

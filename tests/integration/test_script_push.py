@@ -17,7 +17,7 @@ import pytest
 import redis
 from celery import Celery, signals
 from celery._state import _task_stack
-from kombu import Exchange, Queue
+from kombu import Connection, Exchange, Queue
 from kombu.transport.redis import PRIORITY_STEPS, Channel
 
 from celery_ha.base.settings import Settings
@@ -103,6 +103,32 @@ def test_the_pushed_message_is_the_one_celery_publishes(redis_url: str, broker: 
             message["properties"].pop(field)
     assert pushed == published
     assert pushed["headers"]["task"] == "detail_page" and pushed["body"][0] == [nxt]
+
+
+def test_kombu_consumes_a_pushed_message_and_restores_it_unacked(redis_url: str, broker: redis.Redis) -> None:
+    """kombu's own consumer reads a pushed message (the task id, the body as JSON text), and one left
+    unacked goes back to its list whole (``restore`` on close: what a lost worker's messages get)."""
+    app = _app(_db_url(redis_url, 9))
+    rt = _rt(redis_url, broker_url=_db_url(redis_url, 9))
+    push = sp.script_push(app, rt)
+    assert push is not None
+    q = rt.queue
+    first = q.enqueue("https://example.com/first")
+    nxt = q.enqueue("https://example.com/next")
+    assert q.complete_and_push(q.claim(first, "w"), window=1, push=push).pushed == 1
+    with Connection(_db_url(redis_url, 9)) as connection:
+        consumer = Queue(QUEUE, routing_key=QUEUE)(connection.channel())
+        message = consumer.get(no_ack=False)
+        assert message is not None and message.decode()[0] == [nxt]
+        assert message.headers["task"] == "fetch_page" and message.headers["id"].startswith(f"{nxt}.")
+        assert message.properties["priority"] == message_priority(0)
+        tag = message.delivery_tag
+    # The connection closed with the message unacked: kombu put it back.
+    with Connection(_db_url(redis_url, 9)) as connection:
+        again = Queue(QUEUE, routing_key=QUEUE)(connection.channel()).get(no_ack=False)
+        assert again is not None and again.delivery_tag == tag and again.decode()[0] == [nxt]
+        again.ack()
+    assert broker.llen(push.keys[message_priority(0)]) == 0
 
 
 def test_a_redis_broker_elsewhere_or_of_another_kind_gets_no_push(redis_url: str) -> None:

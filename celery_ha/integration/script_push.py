@@ -7,21 +7,24 @@ state Redis's server (the default: ``CELERY_BROKER_URL`` unset), ``complete_disp
 ``LPUSH`` that message itself as its last step (``state/_push.lua``). This module tells when it can,
 and builds what the script needs (:class:`~celery_ha.state.list_push.ListPush`):
 
-- the message, captured from Celery itself: ``send_task`` of a task called ``@@n@@`` with the
+- the message, captured from Celery itself: ``send_task`` of each registered durable task with the
   argument ``@@i@@``, published through kombu's in-memory transport (a virtual channel, the same
-  code as the Redis transport's up to the list push), then turned into a template by cutting at the
-  markers. So the headers, properties and body are exactly what this Celery and kombu write for a
-  refill (``publisher.publish_ids``), but for the body: kept as JSON text (``body_encoding`` unset,
-  which kombu's virtual transport reads as is) instead of base64, which Lua would have to encode;
+  code as the Redis transport's up to the list push) from a thread of its own, its name then marked
+  too, and turned into a template by cutting at the markers (every task's must be the same). So the
+  headers, properties and body are what this Celery and kombu write for a refill
+  (``publisher.publish_ids``), but for the body: kept as JSON text (``body_encoding`` unset, which
+  kombu's virtual transport reads as is) instead of base64, which Lua would have to encode;
 - the list of each message priority, as kombu names it (priority steps, separator and
   ``global_keyprefix`` from ``broker_transport_options``), and the broker's database.
 
 It cannot when the broker is another server or another transport (RabbitMQ, Sentinel given its own
-URL, a Redis named differently), when something listens to ``before_task_publish`` or
-``after_task_publish`` (tracing hooks expect to see every publish), with task-sent events, with
-batches (``CELERY_HA_BATCH``: one message carries several ids), with a durable task of a queue other
-than ``crawl`` registered, when the crawl queue is routed through a named exchange (kombu would
-deliver through its bindings), or with ``CELERY_HA_SCRIPT_PUSH=0``. Then, and for whatever the script
+URL, a Redis named differently, a ``broker_write_url`` elsewhere), when something listens to
+``before_task_publish`` or ``after_task_publish`` (tracing hooks expect to see every publish), with
+task-sent events, with batches (``CELERY_HA_BATCH``: one message carries several ids), with a
+durable task of a queue other than ``crawl`` registered, when the crawl queue is routed through a
+named exchange (kombu would deliver through its bindings) or its lists expire, when the durable
+tasks do not all publish alike or their messages carry an expiry or ETA, or with
+``CELERY_HA_SCRIPT_PUSH=0``. Then, and for whatever the script
 leaves (a re-send, a refused command), the Python publish goes on as before (``integration/sender.py``).
 A refused push (say, an ACL without ``SELECT``) turns the script push off for the process; a full
 Redis (OOM) does not, as it passes.

@@ -28,6 +28,7 @@ from celery_ha.integration.queues import broker_queue
 from celery_ha.integration.services import Services
 from celery_ha.integration.task_spec import logical_queue
 from celery_ha.state import Dispatched, TaskQueue
+from celery_ha.state.list_push import message_priority
 from celery_ha.state.pause import paused
 from celery_ha.state.worker_registry import alive_count
 
@@ -36,8 +37,9 @@ log = logging.getLogger(__name__)
 
 def celery_priority(priority: int) -> int:
     """Map a queue priority (-1000..1000, higher runs first) to a Redis-broker priority (0..9,
-    0 runs first). Queue priority 0 maps to 3; 3 and above to 0; -6 and below to 9."""
-    return max(0, min(9, 3 - int(priority)))
+    0 runs first). Queue priority 0 maps to 3; 3 and above to 0; -6 and below to 9: the same
+    mapping a completion script's own push uses (``state/list_push.py``)."""
+    return message_priority(priority)
 
 
 class _WindowCache:

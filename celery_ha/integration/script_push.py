@@ -39,12 +39,13 @@ import re
 import threading
 from bisect import bisect
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import urlsplit
 
 from celery import signals
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu import Connection, Producer
 from kombu.transport.redis import PRIORITY_STEPS
+from redis.connection import parse_url
 
 from celery_ha.base.per_process import PerProcess
 from celery_ha.integration.broker import broker_lists, kombu_broker
@@ -66,21 +67,17 @@ CAPTURE_TIMEOUT = 10.0
 
 def _server(url: str) -> tuple[tuple[Any, ...], int] | None:
     """(what names the server: scheme, host, port, user, password, or the socket path; the database)
-    of a redis://, rediss:// or unix:// URL, else None."""
+    of a redis://, rediss:// or unix:// URL (as redis-py reads it), else None."""
+    scheme = urlsplit(url).scheme
+    if scheme not in ("redis", "rediss", "unix"):
+        return None
     try:
-        parts = urlsplit(url)
-        query = parse_qs(parts.query)
-        if parts.scheme == "unix":
-            return ("unix", parts.path), int(query.get("db", ["0"])[0])
-        if parts.scheme not in ("redis", "rediss"):
-            return None
-        path_db = parts.path.strip("/")
-        db = int(path_db or query.get("db", ["0"])[0])
-        user = unquote(parts.username) if parts.username else None
-        password = unquote(parts.password) if parts.password else None
-        return (parts.scheme, parts.hostname or "localhost", parts.port or 6379, user, password), db
+        parts = parse_url(url)
     except ValueError:
         return None
+    where = (scheme, parts.get("path") or parts.get("host") or "localhost", parts.get("port") or 6379,
+             parts.get("username"), parts.get("password"))
+    return where, int(parts.get("db") or 0)
 
 
 def broker_db(broker_url: str, state_url: str) -> tuple[bool, int | None]:

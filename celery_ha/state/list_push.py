@@ -61,11 +61,3 @@ class ListPush:
         """The script's push section for one call (a fresh nonce each time)."""
         return ["" if self.db is None else str(self.db), *self.keys, secrets.token_hex(8), *self.template]
 
-
-def render(template: tuple[str, ...], values: dict[str, str]) -> str:
-    """A message from ``template`` with ``values`` by code (what the script does, for tests and
-    tools)."""
-    parts = [template[0]]
-    for code, fragment in zip(template[1::2], template[2::2], strict=True):
-        parts += [values[code], fragment]
-    return "".join(parts)

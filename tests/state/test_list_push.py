@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from celery_ha import InvalidInput, LeaseLost, TaskQueue
-from celery_ha.state.list_push import ListPush, message_priority, render
+from celery_ha.state.list_push import ListPush, message_priority
 from tests.support.invariants import check_invariants
 from tests.support.polling import wait_until
 
@@ -159,7 +159,3 @@ def test_push_must_be_a_list_push(q: TaskQueue) -> None:
         q.complete_and_push(lease, window=1, push=("not", "one"))  # type: ignore[arg-type]
     assert q.get(first).state == "running"
 
-
-def test_render_puts_each_value_between_its_fragments() -> None:
-    text = render(TEMPLATE, {"i": "A1", "n": "fetch_page", "p": "3", "x": "t-1"})
-    assert json.loads(text) == {"id": "A1", "name": "fetch_page", "priority": 3, "token": "t-1"}

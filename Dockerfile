@@ -3,12 +3,13 @@
 #   docker run --rm -e CELERY_HA_REDIS_URL=redis://redis:6379/0 celery-ha              # a worker
 #   docker run --rm ... celery-ha celery -A celery_ha beat --loglevel INFO             # beat
 
-# ---- build: wheels for the project and every dependency (no compiler or cache in the final image)
+# ---- build: wheels for the project and every dependency (no compiler or cache in the final image).
+# The image installs the project's wheel without extras, as a user's `pip install celery-ha` does:
+# .ci/wheel_check runs that same install (a fresh venv, a worker, a demo) in CI.
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md LICENSE celeryconfig.py ./
+COPY pyproject.toml README.md LICENSE ./
 COPY celery_ha ./celery_ha
-COPY tasks ./tasks
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 # ---- run: installed at build time, a non-root user, tini as PID 1 forwarding signals to Celery

@@ -46,8 +46,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from celery_ha.demo.site import DemoSite  # noqa: E402
-from celery_ha.integration.broker import broker_backlog  # noqa: E402
-from celery_ha.integration.queues import broker_queue  # noqa: E402
+from celery_ha.integration.core.queues import broker_queue  # noqa: E402
+from celery_ha.integration.dispatch.broker import broker_backlog  # noqa: E402
 from celery_ha.runtime.redis_process import RedisProcess, free_port  # noqa: E402
 from celery_ha.state import TaskQueue  # noqa: E402
 

@@ -11,8 +11,14 @@ acks_late, prefetch 1, JSON, task events on), rounds alternating plain / durable
 ``--baseline-rev REV`` adds a ``baseline`` system: durable tasks run by a worker on ``git archive REV``
 (its ``celery_ha``, ``celeryconfig.py`` and ``tasks``, with this tree's ``benchmarks/e2e_durable.py``),
 in the same rounds, so a change's before / after is two ratios to plain Celery from one run.
+``--traced`` adds ``traced``: durable tasks with OpenTelemetry on — the SDK in the worker (spans
+dropped by the exporter, ``benchmarks/e2e_tracing.py``) and every task enqueued under a span, so each
+attempt is a span in its enqueuer's trace; ``durable`` in the same rounds is tracing off.
+``--gated`` adds ``gated``: durable tasks with the host gate on (``CELERY_HA_HOSTS=1`` in the worker
+and the pump, tasks enqueued gated; no limits, so every task waits in its host's queue and is handed
+out by the gate): what the gate's bookkeeping costs end to end.
 ``--plain-reuse`` adds ``plain+reuse``: plain Celery whose kombu reuses its Redis clients as celery-ha's
-worker does (``celery_ha/integration/kombu_client_reuse.py``), so the durable layer's own cost shows
+worker does (``celery_ha/integration/patches/kombu_client_reuse.py``), so the durable layer's own cost shows
 with that gain set aside. Every ratio is to ``plain``, plain Celery as it ships.
 
 Kinds: ``noop`` (the task does nothing: the orchestration's own cost) and ``page`` (GET of a local
@@ -51,7 +57,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from celery_ha.base.procfs import child_pids  # noqa: E402
-from celery_ha.integration import kombu_client_reuse  # noqa: E402
+from celery_ha.integration.patches import kombu_client_reuse  # noqa: E402
 from celery_ha.runtime.redis_process import RedisProcess, free_port  # noqa: E402
 from celery_ha.state import TaskQueue  # noqa: E402
 from celery_ha.state.keys import QueueKeys  # noqa: E402
@@ -111,6 +117,10 @@ class Bench:
         log = open(self.tmp / f"{system}-{concurrency}.log", "ab")
         env = {**self.env, "CELERY_HA_BATCH": str(self.batch)} if system == "batch" else self.env
         env = {**env, "BENCH_PLAIN_REUSE": "1"} if system == "plain+reuse" else env
+        if system == "traced":
+            env = {**env, "CELERY_HA_EXTRA_IMPORTS": "benchmarks.e2e_durable,benchmarks.e2e_tracing"}
+        if system == "gated":
+            env = {**env, "CELERY_HA_HOSTS": "1"}
         root = self.roots.get(system, ROOT)
         env = {**env, "PYTHONPATH": str(root)}
         proc = subprocess.Popen([CELERY, "-A", app, "worker", "-P", "prefork", "-c", str(concurrency),
@@ -182,13 +192,22 @@ class Bench:
         else:
             from celery_ha.base.settings import Settings
             from celery_ha.celery_app import app
-            from celery_ha.integration.pump import pump
+            from celery_ha.integration.dispatch.pump import pump
 
-            q = TaskQueue(self.r, NS)
-            q.enqueue_many(urls, task="bench_noop" if kind == "noop" else "bench_page")
+            q = TaskQueue(self.r, NS, host_gate=system == "gated")
+            name = "bench_noop" if kind == "noop" else "bench_page"
+            if system == "traced":  # queued under a span: every task carries its trace context
+                from benchmarks.e2e_tracing import provider
+
+                with provider().get_tracer("bench").start_as_current_span("enqueue"):
+                    q.enqueue_many(urls, task=name)
+            else:
+                q.enqueue_many(urls, task=name)
             env = {k: v for k, v in self.env.items() if k.startswith("CELERY")}
             if system == "batch":
                 env["CELERY_HA_BATCH"] = str(self.batch)
+            if system == "gated":
+                env["CELERY_HA_HOSTS"] = "1"
             pump(q, app, Settings.from_env(env))
             completed = QueueKeys(NS).stats  # one HGET a poll, as plain's one GET
             self._wait(lambda: int(self.r.hget(completed, "completed") or 0) >= n)
@@ -242,6 +261,10 @@ def main() -> None:
                         help="also run durable tasks with CELERY_HA_BATCH=N (the 'batch' columns)")
     parser.add_argument("--baseline-rev", metavar="REV",
                         help="also run durable tasks on this git revision (the 'baseline' columns)")
+    parser.add_argument("--traced", action="store_true",
+                        help="also run durable tasks with OpenTelemetry on (the 'traced' rows)")
+    parser.add_argument("--gated", action="store_true",
+                        help="also run durable tasks with the host gate on (the 'gated' rows)")
     parser.add_argument("--plain-reuse", action="store_true",
                         help="also run plain Celery with celery-ha's kombu client reuse (the "
                              "'plain+reuse' rows: what the durable layer costs with that gain set aside)")
@@ -263,6 +286,10 @@ def main() -> None:
     systems: tuple[str, ...] = ("plain", "durable", "batch") if args.batch > 1 else ("plain", "durable")
     if args.plain_reuse:
         systems += ("plain+reuse",)
+    if args.traced:
+        systems += ("traced",)
+    if args.gated:
+        systems += ("gated",)
     if args.baseline_rev:
         bench.roots["baseline"] = baseline_tree(args.baseline_rev, tmp / "baseline")
         systems += ("baseline",)

@@ -1,7 +1,7 @@
 """The baseline of ``e2e_bench.py``: plain Celery tasks with the settings celery-ha's worker uses
 (acks_late, prefetch 1, JSON only, task events on, no task-sent events), on the same Redis. With
 ``BENCH_PLAIN_REUSE=1`` (the bench's ``plain+reuse`` system) its kombu also reuses its Redis clients
-as celery-ha's worker does (``celery_ha/integration/kombu_client_reuse.py``)."""
+as celery-ha's worker does (``celery_ha/integration/patches/kombu_client_reuse.py``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from bs4 import BeautifulSoup
 from celery import Celery
 
 if os.environ.get("BENCH_PLAIN_REUSE") == "1":
-    from celery_ha.integration import kombu_client_reuse
+    from celery_ha.integration.patches import kombu_client_reuse
 
     kombu_client_reuse.install()
 

@@ -13,6 +13,11 @@ crawl never runs dry.
     python benchmarks/polite_bench.py                          # N = 4, 12, 48; ~90 s per N
     python benchmarks/polite_bench.py --proxies 12 --seconds 30 --rate 12=5/2
     python benchmarks/polite_bench.py --repeat 2 --json /tmp/polite.json
+    python benchmarks/polite_bench.py --proxies 4 12 --gate both   # each N with the host gate off, then on
+
+``--gate on`` runs the workers and the enqueue with the host gate on (``CELERY_HA_HOSTS=1``, no host
+limit: the pool's per-IP windows are the politeness; a refusal of the pool then defers the host
+instead of the task waiting for a slot); ``both`` runs each N both ways, side by side.
 
 Measured at the site, from its request log (arrival times): the steady state starts ``--warmup``
 seconds after the first request reached the site (ramp-up: workers' first claims, robots.txt, the
@@ -126,7 +131,8 @@ def analyse(log: list[SiteRequest], start: float, seconds: float, n: int, limit:
 class Run:
     """One N: a fresh namespace, site, farm and workers; measures, then tears everything down."""
 
-    def __init__(self, server: RedisProcess, tmp: Path, n: int, rate: tuple[int, float], args: Any) -> None:
+    def __init__(self, server: RedisProcess, tmp: Path, n: int, rate: tuple[int, float], args: Any,
+                 gate: bool = False) -> None:
         base = server.url.rsplit("/", 1)[0]
         self.state_url, self.broker_url = f"{base}/0", f"{base}/1"
         self.tmp, self.n, self.args = tmp, n, args
@@ -138,6 +144,9 @@ class Run:
         self.env = {**os.environ, "PYTHONPATH": str(ROOT), "CELERY_HA_REDIS_URL": self.state_url,
                     "CELERY_BROKER_URL": self.broker_url, "CELERY_HA_NAMESPACE": self.ns,
                     "CELERY_HA_PROXY_RATE": rate_text, "PYTHONUNBUFFERED": "1"}
+        self.gate = gate
+        if gate:
+            self.env["CELERY_HA_HOSTS"] = "1"
 
     def run(self) -> dict[str, Any]:
         for url in (self.state_url, self.broker_url):
@@ -170,7 +179,8 @@ class Run:
             row.update({"load_before": load_before, "load_after": load_during,
                         "pool_refusals": int(stats.get("no_proxy", 0)),
                         "pool_blocked": int(stats.get("out_blocked", 0)),
-                        "workers": self.args.workers, "concurrency": self.args.concurrency})
+                        "workers": self.args.workers, "concurrency": self.args.concurrency,
+                        "gate": self.gate})
             return row
         finally:
             self._stop_workers()
@@ -220,7 +230,8 @@ class Run:
 
 def report_line(row: dict[str, Any]) -> str:
     """One run on one line."""
-    return (f"N={row['proxies']:3} limit {row['limit']}/{row['window']:g}s budget "
+    gate = "on " if row.get("gate") else "off"
+    return (f"gate {gate} N={row['proxies']:3} limit {row['limit']}/{row['window']:g}s budget "
             f"{row['budget_per_s']:6.1f}/s | steady {row['rate_per_s']:6.1f}/s = {row['ratio']:.1%} of "
             f"budget (count {row['count_ratio']:.1%}) | 429s {row['steady_429']} "
             f"({row['steady_429_pct']:.2f} %) steady, {row['all_429']} of {row['all_requests']} overall | "
@@ -251,6 +262,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8, help="-c of each worker")
     parser.add_argument("--repeat", type=int, default=1, help="runs per N")
     parser.add_argument("--redis-server", help="redis-server binary (default: the one the tests use)")
+    parser.add_argument("--gate", choices=("off", "on", "both"), default="off",
+                        help="the host gate in the workers and the enqueue (both: each N both ways)")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()
     rates = parse_rates(args.rate)
@@ -264,9 +277,10 @@ def main() -> None:
         for _ in range(args.repeat):
             for n in args.proxies:
                 rate = rates.get(n, (5, 2.0))
-                row = Run(server, tmp, n, rate, args).run()
-                rows.append(row)
-                print(report_line(row), flush=True)
+                for gate in {"off": (False,), "on": (True,), "both": (False, True)}[args.gate]:
+                    row = Run(server, tmp, n, rate, args, gate).run()
+                    rows.append(row)
+                    print(report_line(row), flush=True)
     finally:
         server.stop()
     if args.json:

@@ -8,8 +8,8 @@ in alternating blocks, medians:
 - ``send_task``: ``app.send_task`` with a producer kept across calls and task-sent events on (what
   the refill publish was before: the sent event is a second publish);
 - ``no sent event``: the same without task-sent events (celery-ha's ``celeryconfig.py``);
-- ``celery-ha``: :func:`celery_ha.integration.publisher.publish_ids` with a
-  :class:`~celery_ha.integration.publisher.HeldProducer` (arguments' repr passed in, the queue bound
+- ``celery-ha``: :func:`celery_ha.integration.dispatch.publisher.publish_ids` with a
+  :class:`~celery_ha.integration.dispatch.publisher.HeldProducer` (arguments' repr passed in, the queue bound
   once and passed as the declaration, no parent trail), as ``pump.send`` publishes.
 
     python benchmarks/publish_bench.py                 # 12 rounds of 400 messages per variant
@@ -46,7 +46,7 @@ def main() -> None:
     os.environ.update(CELERY_HA_REDIS_URL=f"{base}/0", CELERY_BROKER_URL=f"{base}/1",
                       CELERY_HA_NAMESPACE="bench")
     from celery_ha.celery_app import app
-    from celery_ha.integration.publisher import HeldProducer, publish_ids
+    from celery_ha.integration.dispatch.publisher import HeldProducer, publish_ids
 
     held = HeldProducer()
     producer = held.get(app)

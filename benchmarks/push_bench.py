@@ -8,7 +8,7 @@ medians:
 - ``publish``: ``complete_and_dispatch`` then ``publish_ids`` with a held producer (how a pool
   process sends the refill when the script cannot push it);
 - ``script push``: ``complete_and_push`` with the :class:`ListPush` of
-  :func:`celery_ha.integration.script_push.script_push` (the script pushes the message itself).
+  :func:`celery_ha.integration.dispatch.script_push.script_push` (the script pushes the message itself).
 
 Reported per task: the thread's CPU (``time.thread_time``), its wall time, the Redis server's CPU
 (``/proc`` of its pid) and round trips (``total_reads_processed``). Every block claims and completes
@@ -54,11 +54,11 @@ def main() -> None:
     os.environ.update(CELERY_HA_REDIS_URL=f"{base}/0", CELERY_BROKER_URL=f"{base}/1", CELERY_HA_NAMESPACE=NS)
     from celery_ha.base.settings import Settings
     from celery_ha.celery_app import app
-    from celery_ha.integration.publisher import HeldProducer, publish_ids
-    from celery_ha.integration.pump import celery_priority, message_id
-    from celery_ha.integration.queues import broker_queue
-    from celery_ha.integration.script_push import script_push
-    from celery_ha.integration.services import Services
+    from celery_ha.integration.core.queues import broker_queue
+    from celery_ha.integration.core.services import Services
+    from celery_ha.integration.dispatch.publisher import HeldProducer, publish_ids
+    from celery_ha.integration.dispatch.pump import celery_priority, message_id
+    from celery_ha.integration.dispatch.script_push import script_push
     from celery_ha.redisio.client import redis_client
     from celery_ha.state import TaskQueue
 

@@ -2,8 +2,9 @@
 
 The durable state (tasks, leases, checkpoints, outputs, proxies) lives in Redis and changes only
 through atomic Lua scripts; Celery is the transport and the clock. ``celery -A celery_ha worker``
-finds the Celery app here as ``celery_ha.app``. The app, the proxy pool and the task decorator are
-imported lazily, so using the queue alone never imports Celery.
+finds the ready-made Celery app here as ``celery_ha.app``; ``celery_ha.init_app(app)`` attaches
+celery-ha to an app of your own. The app, the proxy pool and the task decorator are imported lazily,
+so using the queue alone never imports Celery.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "TaskQueue",
     "app",
     "durable_task",
+    "init_app",
     "pump_now",
 ]
 
@@ -46,9 +48,10 @@ _LAZY = {
     "durable_task": ("celery_ha.integration", "durable_task"),
     "DurableContext": ("celery_ha.integration", "DurableContext"),
     "PermanentError": ("celery_ha.integration", "PermanentError"),
-    "app": ("celery_ha.celery_app", "app"),
+    "app": ("celery_ha.celery_app.ready", "app"),
+    "celery": ("celery_ha.celery_app.ready", "app"),
+    "init_app": ("celery_ha.celery_app", "init_app"),
     "pump_now": ("celery_ha.celery_app", "pump_now"),
-    "celery": ("celery_ha.celery_app", "app"),
 }
 
 

@@ -13,27 +13,47 @@ from typing import Any
 
 from celery_ha.base.errors import ConfigurationError, InvalidInput
 from celery_ha.base.masking import mask_url
+from celery_ha.base.urls import UrlRules, check_param_patterns
 from celery_ha.base.validation import check_namespace, check_task_name, parse_duration, parse_rate
 
 
-def _django_setting(name: str) -> Any:
-    """Return a Django setting when Django is configured, else None (Django is optional)."""
+def _django_settings() -> Any:
+    """Django's settings object when this is a Django process (configured, or named by
+    ``DJANGO_SETTINGS_MODULE``, which a Celery worker of a Django project loads anyway), else None."""
     try:
         from django.conf import settings as dj  # type: ignore[import-not-found]
 
-        if dj.configured:
-            return getattr(dj, name, None)
-    except Exception:  # Django absent or not configured: environment only.
+        if dj.configured or os.environ.get("DJANGO_SETTINGS_MODULE"):
+            dj.INSTALLED_APPS  # noqa: B018 - configures the lazy settings from DJANGO_SETTINGS_MODULE
+            return dj
+    except Exception:  # Django absent, or its settings cannot load: environment only.
         return None
     return None
 
 
-def raw_setting(name: str, env: Mapping[str, str] | None = None) -> str | None:
-    """The raw string of a setting: environment first, then Django settings."""
+def _django_setting(name: str) -> Any:
+    """A knob from Django settings: the ``CELERY_HA`` dict (by short or full name) first, then a
+    top-level ``CELERY_HA_*`` setting. So a worker of a Django project reads the same dict as its web
+    processes, with no second copy in the environment."""
+    dj = _django_settings()
+    if dj is None:
+        return None
+    table = getattr(dj, "CELERY_HA", None)
+    if isinstance(table, Mapping):
+        short = name.removeprefix("CELERY_HA_").removeprefix("CELERY_")
+        for key, value in table.items():
+            if str(key).upper() in (name, short) and value is not None:
+                return ("1" if value else "0") if isinstance(value, bool) else value
+    return getattr(dj, name, None)
+
+
+def raw_setting(name: str, env: Mapping[str, str] | None = None, django: bool | None = None) -> str | None:
+    """The raw string of a setting: environment (or ``env``) first, then Django settings (read by
+    default only when ``env`` is None)."""
     source = os.environ if env is None else env
     value = source.get(name)
     if value is None or value == "":
-        dj = _django_setting(name) if env is None else None
+        dj = _django_setting(name) if (env is None if django is None else django) else None
         return None if dj is None else str(dj)
     return value
 
@@ -92,6 +112,13 @@ def _batch(name: str, text: str) -> dict[str, int]:
     return sizes
 
 
+def _optional_rate(name: str, text: str) -> tuple[int, float] | None:
+    """``"2/1"`` -> (2, 1.0); ``""``, ``none`` or ``off`` -> None (no rate)."""
+    if text.strip().lower() in ("", "none", "off"):
+        return None
+    return _checked(parse_rate)(name, text)
+
+
 def _expiry(name: str, text: str) -> float | None:
     """A duration (``"7d"``, ``"3600"``), or ``never`` (also ``forever``, ``off``) -> None."""
     if text.strip().lower() in ("never", "forever", "off"):
@@ -99,8 +126,27 @@ def _expiry(name: str, text: str) -> float | None:
     return _checked(parse_duration)(name, text)
 
 
+def _strip_params(name: str, text: str) -> tuple[str, ...]:
+    """``"utm_*, gclid, ref"`` -> the query parameters canonical URLs drop; ``none`` -> none."""
+    if text.strip().lower() in ("none", "off"):
+        return ()
+    return _checked(check_param_patterns)(name, text)
+
+
 def _text(name: str, text: str) -> str:
     return text
+
+
+#: Most namespaces one process serves at once (``CELERY_HA_WEB_NAMESPACES``).
+MAX_SERVED_NAMESPACES = 64
+
+
+def parse_namespaces(name: str, text: str) -> tuple[str, ...]:
+    """``"shop, news"`` -> the namespaces one ``celery-ha web`` serves (each checked, no repeats)."""
+    names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    if len(names) > MAX_SERVED_NAMESPACES:
+        raise ConfigurationError(f"{name} names {len(names)} namespaces; at most {MAX_SERVED_NAMESPACES}")
+    return tuple(_checked(check_namespace)(name, n) for n in names)
 
 
 def _basic_auth(name: str, text: str) -> str:
@@ -124,6 +170,7 @@ def _flag(name: str, text: str) -> bool:
 
 _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "redis_url": ("CELERY_HA_REDIS_URL", _text),
+    "embedded": ("CELERY_HA_EMBEDDED", _flag),
     "broker_url": ("CELERY_BROKER_URL", _text),
     "namespace": ("CELERY_HA_NAMESPACE", _checked(check_namespace)),
     "lease_ttl": ("CELERY_HA_LEASE_TTL", _number(float, 1, 86400)),
@@ -156,8 +203,18 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "batch": ("CELERY_HA_BATCH", _batch),
     "script_push": ("CELERY_HA_SCRIPT_PUSH", _flag),
     "web_auth": ("CELERY_HA_WEB_AUTH", _text),
+    "web_namespaces": ("CELERY_HA_WEB_NAMESPACES", parse_namespaces),
     "shards": ("CELERY_HA_SHARDS", _number(int, 1, 1024)),
     "dedup_ttl": ("CELERY_HA_DEDUP_TTL", _expiry),
+    "broker_timeout": ("CELERY_HA_BROKER_TIMEOUT", _number(float, 0.1, 300)),
+    "hosts": ("CELERY_HA_HOSTS", _flag),
+    "host_rate": ("CELERY_HA_HOST_RATE", _optional_rate),
+    "host_delay": ("CELERY_HA_HOST_DELAY", _number(float, 0, 86400)),
+    "host_concurrency": ("CELERY_HA_HOST_CONCURRENCY", _number(int, 0, 1_000_000)),
+    "host_crawl_delay_max": ("CELERY_HA_HOST_CRAWL_DELAY_MAX", _number(float, 0, 86400)),
+    "url_keep_fragments": ("CELERY_HA_URL_KEEP_FRAGMENTS", _flag),
+    "url_strip_params": ("CELERY_HA_URL_STRIP_PARAMS", _strip_params),
+    "validators_max": ("CELERY_HA_VALIDATORS_MAX", _number(int, 0, 1_000_000_000)),
 }
 
 
@@ -165,7 +222,11 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
 class Settings:
     """Validated settings. ``from_env`` is the one way to build it from the outside world."""
 
-    redis_url: str | None = None  # CELERY_HA_REDIS_URL; None = embedded Redis started on demand
+    redis_url: str | None = None  # CELERY_HA_REDIS_URL; None = the embedded Redis, if CELERY_HA_EMBEDDED
+    # CELERY_HA_EMBEDDED: with no CELERY_HA_REDIS_URL, use (and start) the local embedded Redis. Off by
+    # default, so a production process with a missing URL refuses to start instead of working alone on
+    # a private Redis; `celery-ha demo` and `up` set it for their children.
+    embedded: bool = False
     broker_url: str | None = None  # CELERY_BROKER_URL; None = the same Redis as the state layer
     namespace: str = "default"  # CELERY_HA_NAMESPACE
     lease_ttl: float = 30.0  # CELERY_HA_LEASE_TTL, seconds
@@ -201,15 +262,50 @@ class Settings:
     # CELERY_HA_BATCH, "20" or "name=50,*=5": durable task ids per Celery message (default 1)
     batch: dict[str, int] = field(default_factory=dict)
     # CELERY_HA_SCRIPT_PUSH: a completion's script pushes the refill's messages onto a Redis broker
-    # on the state's server itself (integration/script_push.py); 0 = always publish from Python
+    # on the state's server itself (integration/dispatch/script_push.py); 0 = always publish from Python
     script_push: bool = True
     # CELERY_HA_WEB_AUTH, "user:password": `celery-ha web`'s basic auth (checked by the web command)
     web_auth: str = field(default="", repr=False)
+    # CELERY_HA_WEB_NAMESPACES, "shop,news": the namespaces one `celery-ha web` serves (metrics of
+    # all, the dashboard of each with ?namespace=); empty = the one namespace of CELERY_HA_NAMESPACE
+    web_namespaces: tuple[str, ...] = ()
     # CELERY_HA_SHARDS: hash tags one namespace's tasks spread over (1 = one tag, one cluster slot)
     shards: int = 1
     # CELERY_HA_DEDUP_TTL, "7d": how long a finished URL stays a duplicate (later, enqueueing it
     # again crawls it again; the sweep forgets older ids); None ("never") = forever
     dedup_ttl: float | None = None
+    # CELERY_HA_BROKER_TIMEOUT, seconds: how long one call to a Redis broker may take (socket and
+    # connect timeouts, health-check interval); None = derived from the lease TTL
+    # (``integration/dispatch/broker.py`` ``broker_timeout``)
+    broker_timeout: float | None = None
+    # The host gate (state/hosts.py). CELERY_HA_HOSTS: queue tasks per host and hand them out only
+    # when their host is eligible; also on when a default below is set, or once any host got a
+    # setting or a block (it is recorded in Redis). A sharded namespace needs it in every process.
+    hosts: bool = False
+    host_rate: tuple[int, float] | None = None  # CELERY_HA_HOST_RATE, "2/1": every host's default rate
+    host_delay: float = 0.0  # CELERY_HA_HOST_DELAY, seconds between two tasks of one host (default)
+    host_concurrency: int = 0  # CELERY_HA_HOST_CONCURRENCY: tasks of one host at once (0 = no limit)
+    host_crawl_delay_max: float = 30.0  # CELERY_HA_HOST_CRAWL_DELAY_MAX: cap of a robots Crawl-delay
+    # URL canonicalisation for dedup (base/urls.py), the same in every process of a namespace (the
+    # state layer records non-default rules in Redis and refuses a process that differs).
+    # CELERY_HA_URL_KEEP_FRAGMENTS: '#fragment' is part of the URL (default: dropped)
+    url_keep_fragments: bool = False
+    # CELERY_HA_URL_STRIP_PARAMS, "utm_*,gclid,ref" or "none": query parameters dropped (default
+    # base/urls.py TRACKING_PARAMS)
+    url_strip_params: tuple[str, ...] = UrlRules().strip_params
+    # CELERY_HA_VALIDATORS_MAX: ETag / Last-Modified validators kept per shard for conditional
+    # requests of a task's own page (state/validators.py); 0 = no conditional requests
+    validators_max: int = 1_000_000
+
+    @property
+    def host_gate(self) -> bool:
+        """Whether this process switches the host gate on (CELERY_HA_HOSTS or a host default)."""
+        return self.hosts or self.host_rate is not None or self.host_delay > 0 or self.host_concurrency > 0
+
+    @property
+    def url_rules(self) -> UrlRules:
+        """The URL canonicalisation rules of these settings (``base/urls.py``)."""
+        return UrlRules(self.url_keep_fragments, self.url_strip_params)
 
     def batch_size(self, task: str) -> int:
         """Ids one Celery message of ``task`` carries (``CELERY_HA_BATCH``; 1 when unset)."""
@@ -231,14 +327,16 @@ class Settings:
         return f"Settings({', '.join(shown)})"
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+    def from_env(cls, env: Mapping[str, str] | None = None, django: bool | None = None) -> Settings:
+        """Settings from the environment (or ``env``), then Django settings (the ``CELERY_HA`` dict) for
+        what it leaves unset; ``django`` says whether to read Django (default: only without ``env``)."""
         values: dict[str, Any] = {}
         for f in fields(cls):
             spec = _ENV.get(f.name)
             if spec is None:
                 continue
             var, parse = spec
-            text = raw_setting(var, env)
+            text = raw_setting(var, env, django)
             if text is not None:
                 values[f.name] = parse(var, text.strip())
         settings = cls(**values)
@@ -268,7 +366,7 @@ class Settings:
             merged[var] = ("1" if value else "0") if isinstance(value, bool) else str(value)
         source = os.environ if env is None else env
         merged.update({var: text for var in by_name.values() if (text := source.get(var))})
-        return cls.from_env(merged)
+        return cls.from_env(merged, django=env is None)
 
     @classmethod
     def one(cls, name: str, env: Mapping[str, str] | None = None) -> Any:

@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
-from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlsplit
 
 from celery_ha.base.errors import InvalidInput, PayloadTooLarge
 
@@ -32,7 +32,6 @@ _RATE = re.compile(r"\s*([0-9]{1,12})\s*/\s*([0-9]{1,12}(?:\.[0-9]{1,12})?)\s*")
 MAX_RATE_WINDOW = 7 * 86400
 MAX_RATE_REQUESTS = 10**9
 MIN_RATE_WINDOW = 0.001  # a window is counted in whole milliseconds
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 #: What no stored text may hold: C0/C1 control characters (DEL included) and lone surrogates, which
@@ -110,8 +109,8 @@ def check_url(url: Any) -> str:
 
 
 def _checked_parts(url: Any) -> SplitResult:
-    """The checks of :func:`check_url`, returning the parsed URL: :func:`canonical_url` needs the parts,
-    and parsing once instead of twice matters on enqueue's path (a million URLs in one CLI call)."""
+    """The checks of :func:`check_url`, returning the parsed URL (``base/urls.py``'s canonical_url
+    checks a URL with it before canonicalising it)."""
     if not isinstance(url, str):
         raise InvalidInput(f"URL must be a string, got {type(url).__name__}")
     if len(url) > MAX_URL_BYTES or utf8_size("URL", url) > MAX_URL_BYTES:
@@ -132,43 +131,6 @@ def _checked_parts(url: Any) -> SplitResult:
         raise InvalidInput(f"URL has no host: {url[:200]!r}")
     del port
     return parts
-
-
-def canonical_url(url: str) -> str:
-    """A stable form of a URL for deduplication.
-
-    Scheme and host are lower-cased, default ports and fragments dropped, an empty path becomes ``/``
-    and query parameters are sorted, so trivially different spellings of one page dedup together.
-    """
-    parts = _checked_parts(url)
-    scheme = parts.scheme.lower()
-    host = (parts.hostname or "").lower()
-    if ":" in host:
-        host = f"[{host}]"
-    port = parts.port
-    netloc = host if port is None or port == _DEFAULT_PORTS.get(scheme) else f"{host}:{port}"
-    if parts.username is not None:
-        cred = parts.username + (f":{parts.password}" if parts.password is not None else "")
-        netloc = f"{cred}@{netloc}"
-    query = urlencode(sorted(parse_qsl(parts.query, keep_blank_values=True)))
-    return urlunsplit((scheme, netloc, parts.path or "/", query, ""))
-
-
-# The common URL shape (lower-case http(s) scheme and host, no port, user, query or fragment, a path of
-# plain characters) for which check_url() is known to pass and canonical_url() to be the URL itself, or
-# the URL plus "/" when it has no path: the per-task fast path of enqueue. Everything else takes the
-# general route through check_url() and canonical_url() above, which stay the reference (a test
-# checks that both agree).
-_SIMPLE_URL = re.compile(r"https?://[a-z0-9.-]+(/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*)?")
-
-
-def simple_canonical_url(url: object) -> str | None:
-    """canonical_url(url) when ``url`` has the simple shape above (so it is valid), else None."""
-    if isinstance(url, str) and len(url) <= MAX_URL_BYTES:  # the pattern is ASCII: chars == bytes
-        match = _SIMPLE_URL.fullmatch(url)
-        if match:
-            return url if match.group(1) else url + "/"
-    return None
 
 
 def check_task_name(name: Any) -> str:

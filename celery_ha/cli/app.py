@@ -87,10 +87,12 @@ def _register() -> None:
         demo_cmd,
         enqueue_cmd,
         export_cmd,
+        hosts_cmd,
         proxies_cmd,
         purge_cmd,
         recrawl_cmd,
         redis_cmd,
+        schedules_cmd,
         stats_cmd,
         task_cmd,
         tasks_cmd,
@@ -100,7 +102,8 @@ def _register() -> None:
     )
 
     for module in (demo_cmd, up_cmd, enqueue_cmd, stats_cmd, task_cmd, tasks_cmd, dead_cmd, proxies_cmd,
-                   export_cmd, workers_cmd, purge_cmd, recrawl_cmd, redis_cmd, web_cmd):
+                   hosts_cmd, export_cmd, workers_cmd, purge_cmd, recrawl_cmd, schedules_cmd, redis_cmd,
+                   web_cmd):
         main.add_command(module.command)
     for command in (control_cmd.cancel, control_cmd.pause_command, control_cmd.resume_command):
         main.add_command(command)

@@ -39,6 +39,10 @@ class CLIContext:
 
     redis_url_option: str | None = None
     namespace_option: str | None = None
+    #: Whether this command may start the embedded Redis when no URL is configured: ``demo``, ``up``
+    #: and ``redis start`` may; every other command attaches to a running one or stops with one line
+    #: (``CELERY_HA_EMBEDDED=1`` lets any of them start it).
+    start_embedded: bool = False
     _url: str | None = field(default=None, init=False)
 
     @cached_property
@@ -61,9 +65,11 @@ class CLIContext:
 
     @property
     def redis_url(self) -> str:
-        """The state-layer URL; starts the embedded Redis on first use when none is configured."""
+        """The state-layer URL: the option, ``CELERY_HA_REDIS_URL``, else the embedded Redis (attached to
+        when it runs; started when this command may, see :attr:`start_embedded`)."""
         if self._url is None:
-            self._url = self.redis_url_option or resolve_redis_url(self.settings)
+            start = self.start_embedded or self.settings.embedded
+            self._url = self.redis_url_option or resolve_redis_url(self.settings, start=start, attach=True)
         return self._url
 
     @cached_property

@@ -44,6 +44,7 @@ def command(obj: CLIContext, pages: int, workers: int, concurrency: int, chaos: 
 
     if namespace:
         obj.namespace_option = namespace
+    obj.start_embedded = True  # the demo runs on the embedded Redis unless a URL is configured
     ok = run_demo(obj, DemoOptions(pages=pages, workers=workers, concurrency=concurrency, chaos=chaos,
                                    timeout=timeout, proxies=proxies, report_json=report_json,
                                    web=web))

@@ -1,7 +1,9 @@
-"""``celery-ha enqueue``: queue URLs from arguments, a file or stdin, and say how many were new.
+"""``celery-ha enqueue``: queue URLs from arguments, a file, stdin or sitemaps, and say how many were new.
 
 A list of a million URLs takes tens of seconds to queue, so with ``-f`` and a terminal on stderr a
-progress bar counts the URLs sent (on stderr only: stdout keeps its one line, for scripts).
+progress bar counts the URLs sent (on stderr only: stdout keeps its one line, for scripts). With
+``--sitemap`` the pages of sitemaps (robots.txt, indexes, gzip) are streamed and queued in batches
+(``celery_ha.fetch.sitemap_ingest``), with a running count on a terminal's stderr.
 """
 
 from __future__ import annotations
@@ -13,17 +15,19 @@ from typing import IO, Any
 
 import click
 
-from celery_ha.base.errors import InvalidInput
+from celery_ha.base.errors import CeleryHAError, InvalidInput
+from celery_ha.base.masking import mask_url
+from celery_ha.base.urls import simple_canonical_url
 from celery_ha.base.validation import (
     PRIORITY_RANGE,
     check_task_name,
     check_url,
     parse_duration,
-    simple_canonical_url,
 )
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.cli.pump_hint import kick_pump
 from celery_ha.cli.render import echo_json, iter_lines, stream_name
+from celery_ha.fetch.sitemap_ingest import IngestCounts, SitemapIngest, UrlFilter
 from celery_ha.state.worker_registry import known_task_names
 
 
@@ -73,6 +77,13 @@ def _checked_urls(urls: tuple[str, ...], source: IO[bytes] | None) -> list[str]:
 @click.argument("urls", nargs=-1, metavar="[URL]...")
 @click.option("-f", "--file", "source", type=click.File("rb"), metavar="FILE",
               help="Read URLs from FILE, one per line ('-' = stdin); blank lines and # comments skipped.")
+@click.option("--sitemap", "sitemaps", multiple=True, metavar="URL",
+              help="Queue the pages of a sitemap (repeatable): a sitemap or sitemap index (.xml, .xml.gz, "
+                   "text), a robots.txt or a site root (its robots.txt 'Sitemap:' lines).")
+@click.option("--include", multiple=True, metavar="GLOB",
+              help="With --sitemap: queue only page URLs matching one of these globs (repeatable).")
+@click.option("--exclude", multiple=True, metavar="GLOB",
+              help="With --sitemap: skip page URLs matching any of these globs (repeatable).")
 @click.option("--task", default="fetch_page", show_default=True, help="Durable task that handles each URL.")
 @click.option("--allow-unknown-task", is_flag=True,
               help="Queue even when the live workers do not know --task (e.g. a deployment is on its way).")
@@ -84,24 +95,35 @@ def _checked_urls(urls: tuple[str, ...], source: IO[bytes] | None) -> list[str]:
               help="A task+URL that finished at least AGE ago (90s, 15m, 6h, 7d) is queued again instead "
                    "of counting as a duplicate. Default: CELERY_HA_DEDUP_TTL (unset: never).")
 @click.option("--max-attempts", type=click.IntRange(1, 1000), help="Failures before a task goes to dead.")
-@click.option("--batch-size", type=click.IntRange(1, 10_000), default=1000, show_default=True,
+@click.option("--batch-size", type=click.IntRange(1, 10_000), default=250, show_default=True,
               help="URLs per Redis round trip.")
 @click.option("--pump/--no-pump", default=True, show_default=True,
               help="Ask a live worker to dispatch the new tasks now (else the next sweep does).")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
 @pass_cli
-def command(obj: CLIContext, urls: tuple[str, ...], source: IO[bytes] | None, task: str,
+def command(obj: CLIContext, urls: tuple[str, ...], source: IO[bytes] | None, sitemaps: tuple[str, ...],
+            include: tuple[str, ...], exclude: tuple[str, ...], task: str,
             allow_unknown_task: bool, priority: int,
             meta_json: str | None, no_dedup: bool, recrawl_after: str | None, max_attempts: int | None,
             batch_size: int, pump: bool, as_json: bool) -> None:
-    """Queue URLs for crawling: `enqueue URL...` or `enqueue -f FILE`.
+    """Queue URLs for crawling: `enqueue URL...`, `enqueue -f FILE` or `enqueue --sitemap URL`.
 
     Every URL is checked before anything is written (a bad line names its number and nothing is
     queued). With dedup (the default) a task+URL already known is counted as a duplicate; one that
     finished longer ago than --recrawl-after (or CELERY_HA_DEDUP_TTL) is queued again and counted new.
+
+    --sitemap streams the sitemap's pages in batches of --batch-size: a page whose task finished and
+    whose <lastmod> is not newer than that is skipped as unchanged, one with a newer lastmod is queued
+    again. --include/--exclude are globs (*, ?, [...]) on the page URL. A sitemap that cannot be read
+    stops with one error line; the batches queued before it stay queued.
     """
-    if not urls and source is None:
-        raise click.UsageError("give URLs as arguments or a file with -f FILE (-f - reads stdin)")
+    if not urls and source is None and not sitemaps:
+        raise click.UsageError("give URLs as arguments, a file with -f FILE (-f - reads stdin) "
+                               "or --sitemap URL")
+    if sitemaps and (urls or source is not None):
+        raise click.UsageError("--sitemap cannot be combined with URL arguments or -f")
+    if (include or exclude) and not sitemaps:
+        raise click.UsageError("--include/--exclude filter the pages of --sitemap")
     try:
         check_task_name(task)
     except InvalidInput as exc:
@@ -118,8 +140,21 @@ def command(obj: CLIContext, urls: tuple[str, ...], source: IO[bytes] | None, ta
         except InvalidInput as exc:
             raise click.BadParameter(str(exc), param_hint="--recrawl-after") from None
     meta = _meta(meta_json)
-    lines = _checked_urls(urls, source)
     dedup = not no_dedup
+    if sitemaps:
+        counts = _sitemaps(obj, sitemaps, include, exclude, task, priority, meta, dedup, recrawl_after,
+                           max_attempts, batch_size)
+        kicked = _kick(obj, counts.new, pump)
+        if as_json:
+            echo_json({"namespace": obj.namespace, "task": task, "sitemaps": list(sitemaps),
+                       **counts.as_dict(), "pumped": kicked})
+        else:
+            click.echo(f"queued {counts.new} new task(s) ({counts.changed} changed since they finished), "
+                       f"{counts.duplicates} duplicate(s), {counts.unchanged} unchanged, "
+                       f"{counts.filtered} filtered, {counts.invalid} invalid, from {counts.documents} "
+                       f"document(s) (task {task}, namespace {obj.namespace})")
+        return
+    lines = _checked_urls(urls, source)
     new = 0
     with click.progressbar(length=len(lines), label="queueing", file=sys.stderr,
                            hidden=source is None or not sys.stderr.isatty()) as bar:
@@ -131,9 +166,7 @@ def command(obj: CLIContext, urls: tuple[str, ...], source: IO[bytes] | None, ta
                                                          recrawl_after=recrawl_after)
             new += sum(1 for _, created in results if created)
             bar.update(len(batch))
-    broker = obj.settings.broker_url or obj.redis_url
-    kicked = bool(new and pump and kick_pump(obj.client, obj.namespace, broker, obj.settings,
-                                             max_age=obj.settings.lease_ttl))
+    kicked = _kick(obj, new, pump)
     result = {"namespace": obj.namespace, "task": task, "submitted": len(lines), "new": new,
               "duplicates": len(lines) - new, "pumped": kicked}
     if as_json:
@@ -141,3 +174,53 @@ def command(obj: CLIContext, urls: tuple[str, ...], source: IO[bytes] | None, ta
     else:
         click.echo(f"queued {new} new task(s), {len(lines) - new} duplicate(s) "
                    f"(task {task}, namespace {obj.namespace})")
+
+
+def _kick(obj: CLIContext, new: int, pump: bool) -> bool:
+    broker = obj.settings.broker_url or obj.redis_url
+    return bool(new and pump and kick_pump(obj.client, obj.namespace, broker, obj.settings,
+                                           max_age=obj.settings.lease_ttl))
+
+
+def _progress(counts: IngestCounts) -> str:
+    return (f"\rsitemaps: {counts.documents} document(s), {counts.seen} URL(s): {counts.new} new, "
+            f"{counts.duplicates} duplicate, {counts.unchanged} unchanged, {counts.filtered} filtered")
+
+
+def _sitemaps(obj: CLIContext, sitemaps: tuple[str, ...], include: tuple[str, ...],
+              exclude: tuple[str, ...], task: str, priority: int, meta: dict[str, Any] | None, dedup: bool,
+              recrawl_after: str | None, max_attempts: int | None, batch_size: int) -> IngestCounts:
+    """Stream the sitemaps into the queue; a terminal's stderr shows the running counts. A failure
+    says how much was queued before it (those batches stay)."""
+    for url in sitemaps:
+        try:
+            check_url(url)
+        except InvalidInput as exc:
+            raise click.BadParameter(f"{url!r}: {exc}", param_hint="--sitemap") from None
+    live = sys.stderr.isatty()
+
+    def show(_position: list[int], counts: IngestCounts) -> None:
+        if live:
+            click.echo(_progress(counts), file=sys.stderr, nl=False)
+
+    ingest = SitemapIngest(obj.queue, task=task, priority=priority, meta=meta, dedup=dedup,
+                           max_attempts=max_attempts, recrawl_after=recrawl_after,
+                           url_filter=UrlFilter(include, exclude), batch_size=batch_size, on_batch=show)
+    try:
+        counts = ingest.run(list(sitemaps))
+    except CeleryHAError as exc:
+        if live:
+            click.echo("", file=sys.stderr)
+        done = ingest.counts
+        raise CeleryHAError(f"{exc} (queued before it: {done.new} new, {done.duplicates} duplicate(s) "
+                        f"in {done.seen} URL(s); complete batches stay queued)") from None
+    finally:
+        ingest.reader.close()
+    if live:
+        click.echo("", file=sys.stderr)
+    reader = ingest.reader
+    for skipped in reader.skipped_documents[:5]:
+        click.echo(f"skipped sitemap {mask_url(skipped)}", err=True)
+    if reader.skipped > 5:
+        click.echo(f"skipped {reader.skipped - 5} more sitemap(s)", err=True)
+    return counts

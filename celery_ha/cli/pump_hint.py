@@ -13,8 +13,8 @@ import logging
 import redis
 
 from celery_ha.base.settings import Settings
-from celery_ha.integration.broker import kombu_broker
-from celery_ha.integration.queues import MAINTENANCE, broker_queue
+from celery_ha.integration.core.queues import MAINTENANCE, broker_queue
+from celery_ha.integration.dispatch.broker import kombu_broker
 from celery_ha.state.worker_registry import alive_count
 
 log = logging.getLogger(__name__)

@@ -31,27 +31,37 @@ def _age(ctx: click.Context, param: click.Parameter, value: str | None) -> str |
 @click.option("--older-than", callback=_age, metavar="AGE",
               help="Completed tasks that finished at least AGE ago: 90s, 15m, 6h, 7d, 2w.")
 @click.option("--task", help="Only tasks of this durable task name.")
-@click.option("--all", "every", is_flag=True, help="Every completed task of the history.")
+@click.option("--all", "every", is_flag=True, help="Every known completed task (the history, and those "
+                                                   "waiting for a scheduled refetch).")
+@click.option("--due", is_flag=True, help="The scheduled refetches whose time came (what the sweep "
+                                          "queues; see `celery-ha schedules`).")
 @click.option("--dry-run", is_flag=True, help="Only say how many would be queued again.")
 @click.option("--pump/--no-pump", default=True, show_default=True,
               help="Ask a live worker to dispatch them now (else the next sweep does).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_cli
 def command(obj: CLIContext, task_ids: tuple[str, ...], pattern: str | None, older_than: str | None,
-            task: str | None, every: bool, dry_run: bool, pump: bool, as_json: bool) -> None:
+            task: str | None, every: bool, due: bool, dry_run: bool, pump: bool, as_json: bool) -> None:
     """Queue completed tasks again: each starts a new run (same URL, meta and task; attempts cleared).
 
-    Name tasks by id, or select them from the completed history with --match, --older-than and
-    --task (together: all must hold), or --all. Tasks that are queued, running, delayed or dead are
-    left alone. The history holds the latest completions only (history_max, 10,000 by default, for a
-    day); for older URLs, enqueue them again with `enqueue --recrawl-after AGE` (or set
-    CELERY_HA_DEDUP_TTL so a finished URL is queued again once it is that old).
+    Name tasks by id, or select them with --match, --older-than and --task (together: all must
+    hold), or --all, from the completed history and every task waiting for a scheduled refetch;
+    --due queues the scheduled refetches whose time came. Tasks that are queued, running, delayed or
+    dead are left alone. The history holds the latest completions only (history_max, 10,000 by
+    default, for a day): to refetch URLs whatever their age, give their task or host a schedule
+    (`celery-ha schedules set`), or enqueue them again with `enqueue --recrawl-after AGE`.
     """
     selecting = pattern is not None or older_than is not None or task is not None
+    if due and (task_ids or selecting or every):
+        raise click.UsageError("--due takes no ids and no other selection")
     if task_ids and (selecting or every):
         raise click.UsageError("give task ids, or select with --match/--older-than/--task/--all, not both")
-    if not task_ids and not (selecting or every):
-        raise click.UsageError("name the tasks: IDs, --match GLOB, --older-than AGE, --task NAME or --all")
+    if not task_ids and not (selecting or every or due):
+        raise click.UsageError("name the tasks: IDs, --match GLOB, --older-than AGE, --task NAME, --all "
+                               "or --due")
+    if due:
+        _due(obj, dry_run, pump, as_json)
+        return
     ids = list(task_ids) or completed_matching(obj.queue, match=pattern, older_than=older_than, task=task)
     if dry_run:
         would = sum(1 for info in obj.queue.get_many(ids) if info is not None and info.state == "completed")
@@ -78,3 +88,22 @@ def command(obj: CLIContext, task_ids: tuple[str, ...], pattern: str | None, old
                    f"completed (left alone), {counts.get('unknown', 0)} unknown (namespace {obj.namespace})")
     if task_ids and counts.get("unknown"):
         raise click.exceptions.Exit(1)
+
+
+def _due(obj: CLIContext, dry_run: bool, pump: bool, as_json: bool) -> None:
+    """``--due``: queue every scheduled refetch whose time came now (the sweep does it too)."""
+    if dry_run:
+        would = obj.queue.refetch_pending()["due"]
+        if as_json:
+            echo_json({"namespace": obj.namespace, "would_queue": would, "dry_run": True})
+        else:
+            click.echo(f"would queue {would} due scheduled refetch(es) (namespace {obj.namespace})")
+        return
+    queued = obj.queue.refetch_due(max_calls=1_000_000)
+    broker = obj.settings.broker_url or obj.redis_url
+    kicked = bool(queued and pump and kick_pump(obj.client, obj.namespace, broker, obj.settings,
+                                                max_age=obj.settings.lease_ttl))
+    if as_json:
+        echo_json({"namespace": obj.namespace, "queued": queued, "pumped": kicked})
+    else:
+        click.echo(f"queued {queued} due scheduled refetch(es) (namespace {obj.namespace})")

@@ -117,7 +117,8 @@ def status(obj: CLIContext, as_json: bool) -> None:
         echo_json(data)
         return
     if not data["running"]:
-        data = {**data, "hint": "starts on demand with any celery-ha command, or `celery-ha redis start`"}
+        data = {**data,
+                "hint": "`celery-ha redis start`, `up` or `demo` start it; other commands attach to it"}
     rows = {k: v for k, v in data.items() if k != "problems"}
     console().print(kv_table(rows, title="Redis"))
 
@@ -125,7 +126,7 @@ def status(obj: CLIContext, as_json: bool) -> None:
 @command.command("start")
 @pass_cli
 def start(obj: CLIContext) -> None:
-    """Start the embedded Redis now (any command would start it on demand anyway)."""
+    """Start the embedded Redis now (demo and up start it on demand; other commands attach to it)."""
     if obj.external:
         raise click.UsageError("CELERY_HA_REDIS_URL/--redis-url names an external Redis; nothing to start")
     url = _embedded(obj).ensure_running()

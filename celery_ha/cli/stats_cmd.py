@@ -39,10 +39,14 @@ def _table(data: dict[str, Any], rate: float | None = None) -> Table:
     extra.add_column(style="bold")
     extra.add_column()
     for name in ("enqueued", "duplicates", "claimed", "failed", "retried", "reclaimed", "released",
-                 "redriven", "recrawled", "items_duplicate"):
+                 "redriven", "recrawled", "refetched", "items_duplicate", "remembered"):
         extra.add_row(name, str(data.get(name, 0)))
     if rate is not None:
         extra.add_row("rate", f"{rate:.1f} tasks/s")
+    hosts = data.get("hosts")
+    if isinstance(hosts, dict):
+        extra.add_row("hosts", f"waiting on blocked hosts {hosts['blocked']}, on hosts not yet eligible "
+                               f"{hosts['not_eligible']}, on eligible hosts {hosts['eligible']}")
     if data.get("paused"):
         reason = data["paused"]["reason"]
         extra.add_row("paused", f"since {when(data['paused']['since'])}" + (f": {reason}" if reason else "")

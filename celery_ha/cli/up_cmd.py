@@ -142,6 +142,7 @@ def command(obj: CLIContext, concurrency: int | None, no_flower: bool, no_beat: 
     Children are restarted if they crash (up to 5 times a minute); Ctrl-C or SIGTERM stops them all
     cleanly (warm shutdown: running tasks hand their leases back).
     """
+    obj.start_embedded = True  # `up` is the one-machine setup: it may start the embedded Redis
     url = obj.redis_url  # starts the embedded Redis now, before any child races to do it
     obj.client.ping()  # an unreachable Redis is one clear line here, not five crashing children
     embedded = EmbeddedRedis(obj.settings.data_dir)

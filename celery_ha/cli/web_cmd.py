@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
-from celery_ha.base.errors import InvalidInput
+from celery_ha.base.errors import ConfigurationError, InvalidInput
 from celery_ha.base.masking import mask_url
-from celery_ha.base.settings import Settings
+from celery_ha.base.settings import Settings, parse_namespaces
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.monitoring.auth import BasicAuth
 from celery_ha.monitoring.broker_depth import broker_reader
@@ -29,6 +29,16 @@ def _auth_option(_ctx: click.Context, _param: Any, value: str | None) -> BasicAu
         raise click.BadParameter(str(exc)) from None
 
 
+def _namespaces_option(_ctx: click.Context, _param: Any, value: str | None) -> tuple[str, ...]:
+    """click callback: ``shop,news`` -> the namespaces served (each checked; one line when bad)."""
+    if not value:
+        return ()
+    try:
+        return parse_namespaces("--namespaces", value)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc).removeprefix("--namespaces=")) from None
+
+
 def _stop(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -45,28 +55,41 @@ def _stop(_signum: int, _frame: FrameType | None) -> None:
                    "Prefer the environment variable: a command line is visible to every local user.")
 @click.option("--queue", "queues", multiple=True, metavar="NAME",
               help="Also count broker messages of this @durable_task(queue=NAME) queue (repeatable).")
+@click.option("--namespaces", "namespaces", metavar="NS[,NS...]", callback=_namespaces_option,
+              default=lambda: ",".join(Settings.one("web_namespaces")) or None,
+              show_default="$CELERY_HA_WEB_NAMESPACES, else the -n namespace",
+              help="Serve several namespaces of this Redis: /metrics holds all of them (label "
+                   "namespace), the dashboard and the API show one each with ?namespace=NS (the first "
+                   "by default).")
 @pass_cli
-def command(obj: CLIContext, host: str, port: int, auth: BasicAuth | None, queues: tuple[str, ...]) -> None:
+def command(obj: CLIContext, host: str, port: int, auth: BasicAuth | None, queues: tuple[str, ...],
+            namespaces: tuple[str, ...]) -> None:
     """Serve /metrics (Prometheus), / (the live dashboard), /api/stats and /healthz.
 
     Every request reads the namespace's state in Redis; the process keeps nothing, so run as many as
     you like. Counts come from the task layer's own scripts: standalone and Celery workers both count,
-    no Celery events are needed.
+    no Celery events are needed. With --namespaces one server covers several crawls of one Redis.
     """
+    from celery_ha.proxy import ProxyPool
+    from celery_ha.state import TaskQueue
+
     client = obj.client  # an unreachable Redis is one clear line now, not a 503 later
     settings = obj.settings
-    reader = Reader(client, obj.queue, obj.pool, worker_max_age=settings.lease_ttl)
-    source = Source(client, obj.namespace, settings.lease_ttl,
-                    broker_reader(settings, obj.redis_url, client, obj.namespace, queues))
+    served = namespaces or (obj.namespace,)
+    readers = [Reader(client, TaskQueue.for_settings(client, settings, ns), ProxyPool(client, ns),
+                      worker_max_age=settings.lease_ttl) for ns in served]
+    sources = [Source(client, ns, settings.lease_ttl,
+                      broker_reader(settings, obj.redis_url, client, ns, queues)) for ns in served]
+    source = sources[0]
     try:
-        server = WebServer(WebApp(reader, source, auth, host), host, port)
+        server = WebServer(WebApp(readers, sources, auth, host), host, port)
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     except ValueError as exc:  # e.g. a host that is no address or name
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
     login = f"basic auth, user {auth.user}" if auth else "no auth, read-only"
-    click.echo(f"celery-ha web: {server.url} ({login}; namespace {obj.namespace}, "
-               f"Redis {mask_url(obj.redis_url)})")
+    shown = f"namespace {served[0]}" if len(served) == 1 else f"namespaces {', '.join(served)}"
+    click.echo(f"celery-ha web: {server.url} ({login}; {shown}, Redis {mask_url(obj.redis_url)})")
     if source.broker is None:
         click.echo("  the broker is not Redis: celery_ha_broker_messages is left out")
     if auth is None and not is_loopback(host):

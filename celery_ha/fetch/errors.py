@@ -8,6 +8,7 @@ reaches a log line or a task record.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from celery_ha.base.errors import CeleryHAError
 from celery_ha.base.masking import mask_url
@@ -46,6 +47,36 @@ class PermanentFetchError(FetchError):
 
     def __init__(self, message: str, *, url: str = "", status: int | None = None) -> None:
         super().__init__(message, url=url, outcome="permanent", status=status)
+
+
+class HostNotReady(BaseException):
+    """The task's host may not be fetched now: the proxy pool's window or budget for it is spent, or it
+    answered 429/503. The host gate already holds the host until ``retry_after`` seconds from now (for
+    every worker); the runner hands the task back at once, counting neither an attempt nor a stall,
+    so no pool process sleeps in a task waiting for a host.
+
+    A BaseException, so task code's ``except Exception`` does not swallow it.
+    """
+
+    def __init__(self, message: str, *, host: str, retry_after: float) -> None:
+        super().__init__(mask_url(message))
+        self.host = host
+        self.retry_after = float(retry_after)
+
+
+class NotModified(BaseException):
+    """``ctx.fetch`` of the task's own page answered 304 to the validators of its previous run: the
+    page did not change, so the runner completes the task as *unchanged* (its items were committed by
+    that run; nothing is emitted again). A task that wants to go on anyway catches it (``response``
+    is the 304; ``ctx.changed`` is False) or fetches with ``conditional=False``.
+
+    A BaseException, so task code's ``except Exception`` does not swallow it.
+    """
+
+    def __init__(self, message: str, *, url: str, response: Any) -> None:
+        super().__init__(mask_url(message))
+        self.url = url
+        self.response = response
 
 
 class RobotsDisallowed(PermanentFetchError):

@@ -20,19 +20,19 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, Protocol
 
 import requests
 from requests.adapters import HTTPAdapter
 
 from celery_ha.base.errors import InvalidInput, NoProxyAvailable
+from celery_ha.base.hosts import host_of_url
 from celery_ha.base.masking import mask_url
 from celery_ha.fetch.classify import CAPTCHA_MARKERS, classify, retry_after_seconds
-from celery_ha.fetch.errors import FetchError, PermanentFetchError, RobotsDisallowed
+from celery_ha.fetch.errors import FetchError, HostNotReady, PermanentFetchError, RobotsDisallowed
 from celery_ha.fetch.headers import USER_AGENTS, browser_headers
 from celery_ha.fetch.robots import RobotsCache
-from celery_ha.proxy import ProxyLease, ProxyPool, normalize_domain
+from celery_ha.proxy import ProxyLease, ProxyPool
 
 __all__ = [
     "CAPTCHA_MARKERS",
@@ -59,19 +59,33 @@ class FetchInfo:
 
 
 def _domain_of(url: str) -> str:
-    """The pool's domain key of ``url`` (host, plus the port when it is not the scheme's default)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidInput(f"cannot fetch {mask_url(url)!r}: need an http(s) URL with a host")
-    netloc = parts.hostname
-    default = 443 if parts.scheme == "https" else 80
-    try:
-        port = parts.port
-    except ValueError:
-        raise InvalidInput(f"cannot fetch {mask_url(url)!r}: bad port") from None
-    if port and port != default:
-        netloc = f"{netloc}:{port}"
-    return normalize_domain(netloc)
+    """The pool's domain key of ``url`` (host, plus the port when it is not the scheme's default): the
+    host key of the state layer's gate too (``base/hosts.py``)."""
+    return host_of_url(url)
+
+
+#: Statuses by which a site says "too fast" for the host as a whole: the host gate holds it back.
+HOST_BUSY_STATUSES = (429, 503)
+#: Refusals of the proxy pool that are the host's politeness (its budget, every proxy's window for it).
+POLITENESS_REFUSALS = ("budget", "busy")
+
+
+class HostPacer(Protocol):
+    """What the fetcher tells the durable state layer's host gate (``celery_ha.state.hosts.HostGate``
+    is one): the host's pacing, fleet-wide. Passed per call (``fetch(..., gate=...)``) by a task whose
+    own host is the one fetched."""
+
+    def defer(self, host: str, seconds: float) -> None: ...
+
+    def started(self, host: str) -> None: ...
+
+    def finished(self, host: str) -> None: ...
+
+    def block_until_retry(self, host: str, seconds: float, reason: str) -> float | None: ...
+
+    def backoff(self, host: str, reason: str) -> float | None: ...
+
+    def set_crawl_delay(self, host: str, seconds: float | None, cap: float = 30.0) -> float: ...
 
 
 class Fetcher:
@@ -132,6 +146,7 @@ class Fetcher:
             session.mount("http://", adapter)
             session.mount("https://", adapter)
         self.session = session
+        self._crawl_delays: dict[str, float | None] = {}  # domain -> Crawl-delay last handed to a gate
 
     def __repr__(self) -> str:
         return f"Fetcher(pool={self.pool!r}, worker={self.worker!r}, max_rotations={self.max_rotations})"
@@ -151,20 +166,38 @@ class Fetcher:
         self.session.close()
 
     # ------------------------------------------------------------------ public
-    def fetch(self, url: str, method: str = "GET", **kw: Any) -> requests.Response:
+    def fetch(self, url: str, method: str = "GET", *, gate: HostPacer | None = None,
+              crawl_delay_cap: float = 30.0, **kw: Any) -> requests.Response:
         """Fetch ``url``; returns a response classified ok (2xx/3xx, other 4xx are returned as they are).
 
         Raises PermanentFetchError (404/410, robots.txt), FetchError (retryable), InvalidInput (bad URL).
         ``kw`` goes to ``requests.Session.request`` (headers are merged over the browser-like defaults).
+
+        With ``gate`` (the host gate, when the calling task's host is this URL's), the host's pacing is
+        the gate's, fleet-wide, and the fetch never sleeps for it: robots.txt's Crawl-delay is stored
+        with the host (capped at ``crawl_delay_cap`` s); a politeness refusal of the proxy pool (the
+        host's budget or every proxy's window spent) defers the host to the refusal's retry time, and
+        a 429/503 blocks it (until its Retry-After, else with a doubling backoff); both then raise
+        HostNotReady, and the task is handed back uncounted.
         """
         domain = _domain_of(url)
         if self.obey_robots and not self.robots.allowed(url, domain):
             raise RobotsDisallowed(f"robots.txt disallows {mask_url(url)}", url=url)
-        return self._fetch(url, domain, method, kw, robots=False)
+        if gate is not None and self.obey_robots:
+            self._store_crawl_delay(gate, url, domain, crawl_delay_cap)
+        return self._fetch(url, domain, method, kw, robots=False, gate=gate)
+
+    def _store_crawl_delay(self, gate: HostPacer, url: str, domain: str, cap: float) -> None:
+        """Hand robots.txt's Crawl-delay to the gate once per loaded robots.txt (per process)."""
+        delay = self.robots.crawl_delay(url, domain)
+        if self._crawl_delays.get(domain) != delay:
+            gate.set_crawl_delay(domain, delay, cap=cap)
+            self._crawl_delays[domain] = delay
 
     # ------------------------------------------------------------------ the rotation loop
     def _fetch(
-        self, url: str, domain: str, method: str, kw: Mapping[str, Any], robots: bool
+        self, url: str, domain: str, method: str, kw: Mapping[str, Any], robots: bool,
+        gate: HostPacer | None = None,
     ) -> requests.Response:
         """Try up to ``max_rotations`` proxies (``direct_tries`` without a pool), never one twice.
 
@@ -180,8 +213,11 @@ class Fetcher:
         for rotation in range(tries):
             if rotation:
                 self._backoff(rotation, retry_after, deadline, url, outcomes, last_status, used)
-            self._polite(domain)  # before borrowing: never sit on a lease while being polite
-            lease = self._borrow(domain, used, deadline, url, outcomes)
+            if gate is None:
+                self._polite(domain)  # before borrowing: never sit on a lease while being polite
+            lease = self._borrow(domain, used, deadline, url, outcomes, gate)
+            if gate is not None:
+                gate.started(domain)  # the host's spacing counts from the request, not the claim
             started = time.monotonic()
             response: requests.Response | None = None
             error: BaseException | None = None
@@ -206,6 +242,10 @@ class Fetcher:
             status = response.status_code if response is not None else None
             retry_after = retry_after_seconds(response)
             self._give_back(lease, outcome, status, latency, retry_after)
+            if gate is not None:
+                # The request reached the site somewhere between the two stamps: timed from the
+                # answer, the next request of the host arrives at least the spacing after this one.
+                gate.finished(domain)
             outcomes.append(outcome)
             last_status = status
             via = lease.proxy_id if lease else "direct"
@@ -215,6 +255,8 @@ class Fetcher:
                     lease.proxy_id if lease else None, rotation + 1, tuple(outcomes)
                 )
                 return response
+            if gate is not None and status in HOST_BUSY_STATUSES:
+                self._host_busy(gate, domain, status, retry_after)
             if outcome == "permanent":
                 raise PermanentFetchError(
                     f"{mask_url(url)} answered {status}: gone, not retrying", url=url, status=status
@@ -254,8 +296,20 @@ class Fetcher:
             options["proxies"] = {}
         return self.session.request(method, url, headers=headers, timeout=timeout, **options)
 
+    def _host_busy(self, gate: HostPacer, domain: str, status: int, retry_after: float) -> None:
+        """A 429/503 from the task's own host: block the host for the whole fleet (until Retry-After,
+        else with the gate's doubling backoff) and hand the task back."""
+        if retry_after > 0:
+            until = gate.block_until_retry(domain, retry_after, f"HTTP {status} with Retry-After")
+        else:
+            until = gate.backoff(domain, f"HTTP {status}")
+        wait = max(0.0, (until or 0.0) - time.time()) if until else retry_after
+        raise HostNotReady(f"{domain} answered HTTP {status}; held back {wait:.1f}s", host=domain,
+                           retry_after=wait)
+
     def _borrow(
-        self, domain: str, used: list[str], deadline: float, url: str, outcomes: list[str]
+        self, domain: str, used: list[str], deadline: float, url: str, outcomes: list[str],
+        gate: HostPacer | None = None,
     ) -> ProxyLease | None:
         """A lease on a proxy not yet used by this call; None means fetch directly."""
         if self.pool is None:
@@ -272,6 +326,11 @@ class Fetcher:
                     continue
                 if reason == "empty" and self.direct_when_empty:
                     return None
+                if gate is not None and reason in POLITENESS_REFUSALS:
+                    gate.defer(domain, exc.retry_after)
+                    raise HostNotReady(f"no proxy for {domain} now ({reason}); host deferred "
+                                       f"{exc.retry_after:.2f}s", host=domain,
+                                       retry_after=exc.retry_after) from None
                 if reason == "excluded":
                     raise FetchError(
                         f"fetch of {mask_url(url)}: every available proxy was tried ({', '.join(outcomes)})",

@@ -49,6 +49,17 @@ class RobotsCache:
                 self._parsers[base] = cached
         return cached[1].can_fetch(self.agent, url)
 
+    def crawl_delay(self, url: str, domain: str) -> float | None:
+        """robots.txt's ``Crawl-delay`` for our agent on ``url``'s site (None when it sets none); the
+        file is loaded as :meth:`allowed` loads it."""
+        self.allowed(url, domain)  # loads (or reuses) the cached file
+        with self._lock:
+            cached = self._parsers.get(f"{urlsplit(url).scheme}://{domain}")
+        if cached is None:
+            return None
+        delay = cached[1].crawl_delay(self.agent)
+        return float(delay) if delay is not None else None
+
     def _load(self, robots_url: str, domain: str) -> robotparser.RobotFileParser:
         """Fetch and parse robots.txt: missing (4xx) allows everything, 401/403 forbids everything."""
         parser = robotparser.RobotFileParser(robots_url)

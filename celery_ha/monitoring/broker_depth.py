@@ -12,8 +12,8 @@ from collections.abc import Iterable
 import redis
 
 from celery_ha.base.settings import Settings
-from celery_ha.integration.broker import broker_lists
-from celery_ha.integration.queues import CRAWL, MAINTENANCE, broker_queue
+from celery_ha.integration.core.queues import CRAWL, MAINTENANCE, broker_queue
+from celery_ha.integration.dispatch.broker import broker_lists
 from celery_ha.redisio.client import is_redis_url, redis_client
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import redis
@@ -85,6 +85,18 @@ def queue_families(m: QueueMetrics, worker_max_age: float) -> Iterator[Metric]:
         family = GaugeMetricFamily(name, doc, labels=["namespace"])
         family.add_metric([ns], max(0.0, (m.now_ms - since) / 1000) if since is not None else 0.0)
         yield family
+    hosts = GaugeMetricFamily("celery_ha_hosts", "Hosts of the host gate with queued tasks: eligible now, "
+                              "waiting for a time (pacing, a block), parked until an event (a free slot, "
+                              "a claim, more budget)", labels=["namespace", "zone"])
+    for zone, n in m.hosts.items():
+        hosts.add_metric([ns, zone], n)
+    yield hosts
+    refetch = GaugeMetricFamily("celery_ha_refetch", "Completed tasks waiting for their scheduled refetch: "
+                                "all of them, and those due now (queued at the next sweep)",
+                                labels=["namespace", "kind"])
+    for kind, n in m.refetch.items():
+        refetch.add_metric([ns, kind], n)
+    yield refetch
     alive = GaugeMetricFamily("celery_ha_workers_alive", "Pool processes that heart-beat within the "
                               "lease TTL", labels=["namespace"])
     alive.add_metric([ns], len(m.alive_workers(worker_max_age)))
@@ -137,38 +149,50 @@ def pool_families(p: PoolMetrics) -> Iterator[Metric]:
 
 
 class StateCollector(Collector):
-    """A custom collector: ``collect()`` reads Redis each time it is called (each scrape)."""
+    """A custom collector: ``collect()`` reads Redis each time it is called (each scrape), for every
+    namespace served; each metric is one family whose samples carry the namespace label."""
 
-    def __init__(self, source: Source, now: Callable[[], float] = time.perf_counter) -> None:
-        self.source = source
+    def __init__(self, sources: Source | Sequence[Source],
+                 now: Callable[[], float] = time.perf_counter) -> None:
+        self.sources = [sources] if isinstance(sources, Source) else list(sources)
         self._now = now
 
     def describe(self) -> list[Metric]:
         return []  # no Redis read when the registry registers the collector
 
     def collect(self) -> Iterator[Metric]:
-        s = self.source
-        started = self._now()
         up = GaugeMetricFamily("celery_ha_up", "1 when this scrape could read the state Redis",
                                labels=["namespace"])
-        try:
-            families = [*queue_families(read_queue_metrics(s.client, s.namespace), s.worker_max_age),
-                        *pool_families(read_pool_metrics(s.client, s.namespace, s.max_domains))]
-            if s.broker is not None:
-                depth = GaugeMetricFamily("celery_ha_broker_messages", "Messages waiting in the broker, "
-                                          "all priority lists counted", labels=["queue"])
-                for queue, n in s.broker.read().items():
-                    depth.add_metric([queue], n)
-                families.append(depth)
-        except redis.RedisError as exc:
-            log.warning("scrape failed: %s", mask_url(str(exc)))
-            up.add_metric([s.namespace], 0)
-            yield up
-            return
-        up.add_metric([s.namespace], 1)
-        yield up
-        yield from families
         took = GaugeMetricFamily("celery_ha_scrape_duration_seconds", "Time this scrape spent reading Redis",
                                  labels=["namespace"])
-        took.add_metric([s.namespace], self._now() - started)
-        yield took
+        merged: dict[str, Metric] = {}  # one family per name, samples of every namespace in it
+        for s in self.sources:
+            started = self._now()
+            try:
+                families = self._read(s)
+            except redis.RedisError as exc:
+                log.warning("scrape of namespace %s failed: %s", s.namespace, mask_url(str(exc)))
+                up.add_metric([s.namespace], 0)
+                continue
+            up.add_metric([s.namespace], 1)
+            for family in families:
+                kept = merged.setdefault(family.name, family)
+                if kept is not family:
+                    kept.samples.extend(family.samples)
+            took.add_metric([s.namespace], self._now() - started)
+        yield up
+        yield from merged.values()
+        if took.samples:
+            yield took
+
+    @staticmethod
+    def _read(s: Source) -> list[Metric]:
+        families = [*queue_families(read_queue_metrics(s.client, s.namespace), s.worker_max_age),
+                    *pool_families(read_pool_metrics(s.client, s.namespace, s.max_domains))]
+        if s.broker is not None:
+            depth = GaugeMetricFamily("celery_ha_broker_messages", "Messages waiting in the broker, "
+                                      "all priority lists counted", labels=["queue"])
+            for queue, n in s.broker.read().items():
+                depth.add_metric([queue], n)
+            families.append(depth)
+        return families

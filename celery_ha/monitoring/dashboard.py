@@ -49,9 +49,15 @@ def stats_snapshot(reader: Reader) -> dict[str, Any]:
     """The document of ``celery-ha stats --json``: namespace, queue stats, pause, pool stats, warnings
     (tests/monitoring/test_web.py compares both documents)."""
     warning = eviction_warning(eviction_policy(reader.client))
-    return {"namespace": reader.namespace, **reader.queue.stats(),
+    data = {"namespace": reader.namespace, **reader.queue.stats(),
             "paused": paused(reader.client, reader.namespace), "proxies": reader.pool.stats(),
             "warnings": [warning] if warning else []}
+    gate = reader.queue.hosts
+    if gate.enabled() or reader.client.exists(reader.queue.keys.hosts):
+        # Queued tasks of the host gate by why they wait: blocked host, host not yet eligible
+        # (paced, at its concurrency or budget), eligible host (reads every host: O(hosts)).
+        data["hosts"] = gate.waiting()
+    return data
 
 
 def _percentiles(hist: Histogram) -> dict[str, Any]:
@@ -142,6 +148,23 @@ def proxies(reader: Reader) -> list[dict[str, Any]]:
     return [info.to_dict() for info in reader.pool.list()[:PROXIES_SHOWN]]
 
 
+#: Hosts of the host gate the page lists (most queued first); past HOSTS_LISTED_MAX known hosts the
+#: listing (O(hosts) reads) is left to `celery-ha hosts list` and the page shows the zone counts only.
+HOSTS_SHOWN = 20
+HOSTS_LISTED_MAX = 2000
+
+
+def hosts(reader: Reader) -> dict[str, Any]:
+    """The host gate: on or off, how many hosts are known, and the busiest ones (few hosts only)."""
+    gate = reader.queue.hosts
+    if not gate.enabled():
+        return {"enabled": False, "known": 0, "top": []}
+    known = sum(int(reader.client.scard(k.hosts)) for k in reader.queue.shard_keys())
+    top = ([h.as_dict() for h in gate.list(sort="queued", limit=HOSTS_SHOWN)]
+           if known <= HOSTS_LISTED_MAX else [])
+    return {"enabled": True, "known": known, "top": top}
+
+
 def dashboard(reader: Reader) -> dict[str, Any]:
     """Everything the page shows, in one document."""
     stats = stats_snapshot(reader)
@@ -165,4 +188,6 @@ def dashboard(reader: Reader) -> dict[str, Any]:
         "proxies": proxies(reader),
         "proxy_zones": pool.zones,
         "domains": [d.__dict__ for d in pool.domains],
+        "hosts": hosts(reader),
+        "host_zones": m.hosts,
     }

@@ -3,7 +3,9 @@
 Routes: ``/metrics`` (Prometheus text, or OpenMetrics when asked), ``/`` and ``/static/*`` (the
 dashboard; every asset ships in the package, nothing is fetched from the internet), ``/api/stats``,
 ``/api/dashboard``, ``/api/session``, ``/healthz``; POST ``/api/dead/redrive`` and
-``/api/proxies/unban`` only when the server has credentials.
+``/api/proxies/unban`` only when the server has credentials. A server of several namespaces puts all
+of them in one ``/metrics`` (the namespace label tells them apart); every other route takes
+``?namespace=NAME`` (default: the first served).
 
 Every request reads Redis afresh, so the process keeps no state and any number can run side by side.
 With credentials every route needs them. Bound to a loopback address, the server answers only
@@ -16,10 +18,11 @@ import ipaddress
 import json
 import logging
 import socket
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import redis
 from prometheus_client import CollectorRegistry
@@ -55,14 +58,32 @@ def is_loopback(host: str) -> bool:
 
 
 class WebApp:
-    """What every request needs: the readers, the metrics registry, the credentials."""
+    """What every request needs: the readers (one per namespace served, the first the default), the
+    metrics registry (every namespace in one scrape), the credentials."""
 
-    def __init__(self, reader: Reader, source: Source, auth: BasicAuth | None, host: str) -> None:
-        self.reader = reader
+    def __init__(self, readers: Reader | Sequence[Reader], sources: Source | Sequence[Source],
+                 auth: BasicAuth | None, host: str) -> None:
+        listed = [readers] if isinstance(readers, Reader) else list(readers)
+        self.readers = {reader.namespace: reader for reader in listed}
         self.auth = auth
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(StateCollector(source))
+        self.registry.register(StateCollector(sources))
         self.loopback_only = is_loopback(host)
+
+    @property
+    def reader(self) -> Reader:
+        """The default namespace's reader (the first served)."""
+        return next(iter(self.readers.values()))
+
+    def served(self) -> dict[str, list[str]]:
+        """``{"namespaces": [...]}`` for a server of several namespaces (documents of one stay as
+        they were)."""
+        return {"namespaces": list(self.readers)} if len(self.readers) > 1 else {}
+
+    def reader_for(self, query: str) -> Reader | None:
+        """The reader a request's ``?namespace=`` names (the default without one); None: not served."""
+        names = parse_qs(query).get("namespace")
+        return self.reader if not names else self.readers.get(names[-1])
 
     def static(self, name: str) -> bytes:
         return (resources.files("celery_ha.monitoring") / "static" / name).read_bytes()
@@ -124,23 +145,27 @@ class Handler(BaseHTTPRequestHandler):
             return self._error(421, "this server answers loopback host names only")
         if not self._authorized():
             return None
-        path = urlsplit(self.path).path
+        url = urlsplit(self.path)
+        path = url.path
+        reader = self.app.reader_for(url.query)
+        if reader is None:
+            return self._error(404, "this server does not serve that namespace (see /healthz)")
         try:
             if path == "/metrics":
                 encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
                 return self._send(200, encoder(self.app.registry), content_type,
                                   {"Cache-Control": "no-store"})
             if path == "/healthz":
-                self.app.reader.client.ping()
-                return self._json(200, {"ok": True, "namespace": self.app.reader.namespace})
+                reader.client.ping()
+                return self._json(200, {"ok": True, "namespace": reader.namespace, **self.app.served()})
             if path == "/api/stats":
-                return self._json(200, stats_snapshot(self.app.reader))
+                return self._json(200, stats_snapshot(reader))
             if path == "/api/dashboard":
-                return self._json(200, dashboard(self.app.reader))
+                return self._json(200, dashboard(reader))
             if path == "/api/session":
                 auth = self.app.auth
                 return self._json(200, {"actions": auth is not None, "user": auth.user if auth else None,
-                                        "csrf": auth.csrf_token() if auth else None})
+                                        "csrf": auth.csrf_token() if auth else None, **self.app.served()})
             name = "index.html" if path == "/" else path.removeprefix("/static/")
             if name in STATIC and (path == "/" or path.startswith("/static/")):
                 return self._send(200, self.app.static(name), STATIC[name], {"Cache-Control": "no-cache"})
@@ -158,10 +183,13 @@ class Handler(BaseHTTPRequestHandler):
             return self._error(421, "this server answers loopback host names only")
         if not self._authorized():
             return None
-        path = urlsplit(self.path).path
+        url = urlsplit(self.path)
+        path = url.path
         action = ACTIONS.get(path)
-        if action is None:
-            return self._error(404, "not found")
+        reader = self.app.reader_for(url.query)
+        if action is None or reader is None:
+            return self._error(404, "not found" if action is None else
+                               "this server does not serve that namespace (see /healthz)")
         auth = self.app.auth
         if auth is None:
             return self._error(403, "actions need credentials: start celery-ha web with --auth USER:PASSWORD")
@@ -174,7 +202,7 @@ class Handler(BaseHTTPRequestHandler):
             if length < 0:
                 raise ValueError(length)
             body = parse_body(self.rfile.read(min(length, 1 << 16)))
-            return self._json(200, action(self.app.reader, body))
+            return self._json(200, action(reader, body))
         except ValueError:
             return self._error(400, "bad Content-Length")
         except ActionError as exc:

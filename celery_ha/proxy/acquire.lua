@@ -53,7 +53,10 @@ if bn > 0 then
   redis.call('ZREMRANGEBYSCORE', bud, '-inf', now - bw - margin)
   if redis.call('ZCARD', bud) >= bn then
     local o = redis.call('ZRANGE', bud, 0, 0, 'WITHSCORES')
-    return refuse(math.max(1, tonumber(o[2]) + bw + margin - now), 'budget')
+    -- An in-flight reservation is scored at its lease expiry, but its release re-stamps it with the
+    -- time the response came back, which is soon: as a hint it counts as sent now, so a full budget
+    -- of in-flight requests says "one window from now", not "one window after the leases expire".
+    return refuse(math.max(1, math.min(tonumber(o[2]), now) + bw + margin - now), 'budget')
   end
 end
 
@@ -108,7 +111,9 @@ while #ids > 0 do
         redis.call('ZREMRANGEBYSCORE', win, '-inf', now - rw - margin)
         if redis.call('ZCARD', win) >= rn then
           local o = redis.call('ZRANGE', win, 0, 0, 'WITHSCORES')
-          local reopen = math.max(now + 1, tonumber(o[2]) + rw + margin)
+          -- As for the budget: an in-flight reservation (scored at its lease expiry) counts as sent
+          -- now, since its release re-stamps it soon; the window is checked again when this passes.
+          local reopen = math.max(now + 1, math.min(tonumber(o[2]), now) + rw + margin)
           redis.call('ZADD', cdk, reopen, pid)
           redis.call('PEXPIRE', cdk, lock_ttl + rw + margin + 1000)
           note(reopen - now)

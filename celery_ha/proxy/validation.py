@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from urllib.parse import quote, unquote, urlsplit
 
 from celery_ha.base.errors import InvalidInput
+from celery_ha.base.hosts import normalize_domain as normalize_domain  # re-exported: the pool's name
+from celery_ha.base.hosts import valid_host
 from celery_ha.base.masking import mask_url
 from celery_ha.base.validation import MAX_URL_BYTES, check_text
 from celery_ha.base.validation import shown as _shown
@@ -20,11 +22,6 @@ from celery_ha.base.validation import shown as _shown
 SCHEMES = ("http", "https", "socks5", "socks5h", "socks4")
 #: Longest proxy lifetime or ban a caller may give (seconds): ten years (a permanent ban has no length).
 MAX_PROXY_SECONDS = 10 * 365 * 86400
-# Used with fullmatch (a '$' would also match before a trailing newline), ASCII digits only.
-_HOST_RE = re.compile(
-    r"(?=.{1,253}\Z)([a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9])?)(\.[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9])?)*"
-)
-_IPV4_RE = re.compile(r"([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})")
 _SESSION_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
@@ -71,14 +68,6 @@ def _quote(text: str) -> str:
     return quote(text, safe="-._~")
 
 
-def valid_host(host: str) -> bool:
-    """A DNS name or a dotted IPv4 address (lower-case)."""
-    m = _IPV4_RE.fullmatch(host)
-    if m:
-        return all(0 <= int(g) <= 255 for g in m.groups())
-    return bool(_HOST_RE.fullmatch(host)) and not host.replace(".", "").isdigit()
-
-
 def parse_proxy_url(url: str, *, session: str = "") -> ProxySpec:
     """Validate ``scheme://[user[:pass]@]host:port`` and return a :class:`ProxySpec`.
 
@@ -114,33 +103,6 @@ def parse_proxy_url(url: str, *, session: str = "") -> ProxySpec:
     return ProxySpec(
         scheme, host, port, unquote(parts.username or ""), unquote(parts.password or ""), session
     )
-
-
-def normalize_domain(domain: str) -> str:
-    """The key a rate window and lock are counted under: lower-case host, plus ``:port`` if given.
-
-    Accepts a bare host (``example.com``), ``host:port`` or a full URL (its netloc is used).
-    """
-    if not isinstance(domain, str) or not domain.strip():
-        raise InvalidInput("domain must be a non-empty string")
-    text = check_text("domain", domain.strip(), MAX_URL_BYTES).lower()
-    if "://" in text:
-        try:
-            parts = urlsplit(text)
-            host, port = parts.hostname or "", parts.port
-        except ValueError:
-            raise InvalidInput(f"bad domain {mask_url(domain)!r}") from None
-    else:
-        host, _, port_text = text.partition(":")
-        port = None
-        if port_text:
-            if not (port_text.isascii() and port_text.isdigit()) or not (1 <= int(port_text) <= 65535):
-                raise InvalidInput(f"bad domain {domain!r}: port must be 1-65535")
-            port = int(port_text)
-    host = host.rstrip(".")
-    if not host or not valid_host(host):
-        raise InvalidInput(f"bad domain {mask_url(domain)!r}: expected a host name such as example.com")
-    return f"{host}:{port}" if port else host
 
 
 def check_exclude(exclude: object) -> str:

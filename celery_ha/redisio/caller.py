@@ -20,6 +20,10 @@ from celery_ha.redisio.cluster import is_cluster_client
 from celery_ha.redisio.cluster_caller import ClusterScript
 from celery_ha.redisio.replicas import ReplicaWait
 
+#: The releases the redis-py internals used here (a pool's ``get_connection()`` without arguments,
+#: which 5.3 made the rule; ``pack_commands``, ``send_packed_command``) were verified on.
+VERIFIED = "redis-py 7.2.0-8.1.0"
+
 try:  # hiredis (a dependency) packs a command in C; redis-py's packer checks every argument in Python
     from hiredis import pack_command as _pack
 except ImportError:  # pragma: no cover

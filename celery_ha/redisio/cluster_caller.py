@@ -37,6 +37,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from celery_ha.redisio.replicas import ReplicaWait
 
+#: redis-py internals used here (``nodes_manager.move_slot`` / ``initialize`` / ``get_node_from_slot``,
+#: a pool's ``get_connection()`` without arguments, ``send_packed_command``) were verified on these
+#: releases; pyproject.toml's ceiling stops below the next minor (7.1 had no ``move_slot``).
+VERIFIED = "redis-py 7.2.0-8.1.0"
+
 #: Redirections and refusals followed for one call before giving up (redis-py's own TTL is 16).
 MAX_HOPS = 16
 _REFUSED_WAIT = 0.05  # seconds between two tries after TRYAGAIN / CLUSTERDOWN

@@ -57,23 +57,29 @@ _PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "manage.py")
 
 
 def locate_data_dir(data_dir: str | Path = DEFAULT_DATA_DIR, cwd: Path | None = None) -> Path:
-    """Resolve the data directory the way git finds ``.git``, so every process of a project agrees.
+    """Resolve the data directory at the project root, so every process of a project agrees.
 
-    An absolute path is used as is. A relative one is looked up from ``cwd`` upwards: the first
-    folder that already holds it wins; else the project root (the first folder with ``.git``,
-    ``pyproject.toml``, ``setup.py`` or ``manage.py``); else ``cwd``. So ``celery-ha stats`` run from a
-    sub-folder attaches to the Redis that ``celery-ha up`` started at the project root.
+    An absolute path is used as is. A relative one belongs to the project around ``cwd``: the nearest
+    folder upwards (``cwd`` included) with ``.git``, ``pyproject.toml``, ``setup.py`` or ``manage.py``.
+    Between ``cwd`` and that root, a folder that already holds the data directory wins (a sub-project
+    with its own). Outside any project it is ``cwd``'s own: a data directory left in an unrelated parent
+    folder (the system's temporary directory, a home folder) is never captured. So ``celery-ha stats``
+    run from a sub-folder attaches to the Redis that ``celery-ha up`` started at the project root.
     """
     path = Path(data_dir).expanduser()
     if path.is_absolute():
         return path
     here = (cwd or Path.cwd()).resolve()
     for folder in (here, *here.parents):
-        if (folder / path).is_dir():
-            return folder / path
         if any((folder / marker).exists() for marker in _PROJECT_MARKERS):
-            return folder / path
+            return next((f / path for f in _between(here, folder) if (f / path).is_dir()), folder / path)
     return here / path
+
+
+def _between(inner: Path, outer: Path) -> list[Path]:
+    """``inner`` and its parents up to and including ``outer``."""
+    chain = [inner, *inner.parents]
+    return chain[: chain.index(outer) + 1]
 
 
 #: The lowest major version the embedded Redis prefers (7 brings multi-part AOF, ACL v2, functions).

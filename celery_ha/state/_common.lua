@@ -7,12 +7,15 @@
     KEYS[5]  running   zset: leased tasks (score = lease expiry ms)
     KEYS[6]  dead      zset: dead tasks (score = time of death, us)
     KEYS[7]  completed zset: bounded history of completed tasks (score = completion ms)
-    KEYS[8]  done      zset: dedup ids of finished tasks (score = completion ms)
+    KEYS[8]  done      zset: dedup ids of finished tasks (score = completion ms) before the compact
+                       layout of _remembered.lua; read until the sweep has moved it into that layout
     KEYS[9]  ckpt      hash: id -> checkpoint JSON
     KEYS[10] stats     hash: counters
     KEYS[11] wake      list: wake-up tokens for blocked claim_next callers
     KEYS[12] hist      hash: histogram bucket counters, "<kind>:<bucket>:<task name>" -> count
-  ARGV[1] is the namespace prefix, from which the per-priority ready lists are named (same hash tag).
+  ARGV[1] is the namespace prefix, from which the per-priority ready lists and the buckets of the
+  remembered (finished dedup) ids, d:<3 chars>, d:~ and their bitmap dk (_remembered.lua), are named
+  (same hash tag).
   A record is "<state JSON>\n<payload JSON>": Lua decodes only the small state part; the payload (url,
   meta) stays an opaque string, so user JSON is never re-encoded by cjson. Every value in the state
   part is a JSON string, integers included ({"k":"3"}): cjson formats and parses numbers through
@@ -22,9 +25,13 @@
   its claim), due (a delayed task's retry time), qt (when a waiting task became ready, kept from a
   retry's promotion or a dispatch until its claim; otherwise ut or ct say it).
   Defines: the K_* keys and PREFIX; fmt, decode, load, encode, save (records); ready_key, push_ready,
-  pop_ready, unready, band_batch, band_add, band_flush (ready lists); hist_bucket, observe (histograms);
+  live_in, pop_ready, pop_best, unready, band_batch, band_add, band_flush (ready lists and, for a task with a
+  host key st.h, its host's queue: the host gate of _hosts.lua, included below ready_key);
+  hist_bucket, observe (histograms);
   incr, wake, promote_due, to_dead,
   stall, fenced, grant, claim_best, trim_history, complete_task (transitions); store_items (the sink);
+  schedule_refetch, kept_records, requeue_finished (refetch schedules, _refetch.lua);
+  remember, done_time, forget_done and the rest of _remembered.lua (finished dedup ids);
   and, from the includes
   below, now_ms and now_us_score (clock), the R_* refusal codes and refusal_in (_replies), and the
   same_slot check that ARGV[1] carries the hash tag of KEYS[1].
@@ -76,8 +83,17 @@ local function ready_key(p)
   return PREFIX .. 'r:' .. p
 end
 
--- Queue a task in its priority band: at the back (new work, retries) or the front (reclaimed work).
-local function push_ready(id, st, front)
+--#include _hosts
+--#include _remembered
+
+-- Queue a task in its priority band: at the back (new work, retries) or the front (reclaimed work);
+-- a gated task (st.h) in its host's queue instead.
+local function push_ready(id, st, front, now)
+  if st.h then
+    host_push(id, st, front, now or now_ms())
+    st.s = 'q'
+    return
+  end
   local p = st.p or '0'
   if front then
     redis.call('LPUSH', ready_key(p), id)
@@ -88,29 +104,84 @@ local function push_ready(id, st, front)
   st.s = 'q'
 end
 
--- Pop the oldest task of the highest non-empty priority band, or nil. A band that a pop emptied stays
--- indexed until a later pop finds it empty (one EXISTS less per claim): every non-empty band is
--- indexed, not every indexed band non-empty. Empty bands can stack up (each pop of a new, higher band
--- leaves one), so the loop drops every one it meets: at most one per priority (2,001).
+-- Stale band entries: unready() leaves the id in its band (taking it out would be an LREM over the
+-- whole band) and counts it in stats 'rstale'; a pop skips an entry whose record is not queued in
+-- that band (gone, moved on, gated, queued in another band) and uncounts it, so the queued count
+-- (the bands' lengths minus 'rstale') stays exact. An id queued again while a stale entry of it is
+-- left in the same band sits there twice: its first entry is the live one, the other one stale.
+local function live_in(st, p)
+  return st ~= nil and st.s == 'q' and not st.h and (st.p or '0') == p
+end
+
+-- Pop the oldest live task of the highest non-empty priority band: id, state, payload; or nil. A band
+-- that a pop emptied stays indexed until a later pop finds it empty (one EXISTS less per claim): every
+-- non-empty band is indexed, not every indexed band non-empty. Empty bands can stack up (each pop of
+-- a new, higher band leaves one), so the loop drops every one it meets: at most one per priority
+-- (2,001). A call skips at most STALE_BUDGET stale entries (a few ms; a mass cancel can leave
+-- long runs of them): past it, it says nothing is ready and sets stale_cut, and the next call goes
+-- on where it stopped.
+local STALE_BUDGET = 1000
+local stale_left, stale_cut = STALE_BUDGET, false
 local function pop_ready()
   while true do
     local top = redis.call('ZRANGE', K_READYP, '0', '0')
     if #top == 0 then return nil end
-    local id = redis.call('LPOP', ready_key(top[1]))
-    if id then return id end
-    redis.call('ZREM', K_READYP, top[1])
+    local p = top[1]
+    local id = redis.call('LPOP', ready_key(p))
+    if id then
+      local st, payload = load(id)
+      if live_in(st, p) then return id, st, payload end
+      redis.call('HINCRBY', K_STATS, 'rstale', -1)
+      stale_left = stale_left - 1
+      if stale_left <= 0 then
+        stale_cut = true
+        return nil
+      end
+    else
+      redis.call('ZREM', K_READYP, p)
+    end
   end
 end
 
--- Remove one id from its ready band (rare path: a direct claim of a queued task, purge).
-local function unready(id, st)
-  local p = st.p or '0'
-  redis.call('LREM', ready_key(p), 1, id)
-  if redis.call('EXISTS', ready_key(p)) == 0 then redis.call('ZREM', K_READYP, p) end
+-- The next task to hand out: the best queued task among the ready bands and the eligible hosts
+-- (the higher priority first; on a tie they take turns). Returns id, state, payload (a host queue's
+-- stale id may come with a state nil or not queued: the caller skips it), or nil when nothing may go.
+local tie_turn = false
+local function pop_best(now, mode)
+  local hp, head = host_top_priority()
+  if hp then
+    local top = redis.call('ZRANGE', K_READYP, '0', '0', 'WITHSCORES')
+    local bp = #top > 0 and -tonumber(top[2]) or nil
+    if bp and bp == hp then tie_turn = not tie_turn end
+    if not bp or hp > bp or (hp == bp and tie_turn) then
+      local id, st, payload = host_pop(now, mode, head)
+      if id then return id, st, payload end
+    end
+  end
+  local id, st, payload = pop_ready()
+  if not id then
+    if hp then return host_pop(now, mode) end
+    return nil
+  end
+  return id, st, payload
 end
 
+-- Take one id out of its ready band or host queue (rare path: a direct claim of a queued task,
+-- cancel). A band keeps the id as a stale entry, counted in 'rstale', that pops skip (pop_ready):
+-- constant cost whatever the band's length.
+local function unready(id, st)
+  if st.h then
+    if redis.call('ZREM', hqkey(st.h), id) == 1 then redis.call('HINCRBY', K_HCFG, 'nq', -1) end
+    host_place(st.h, host_load(st.h), now_ms())
+    return
+  end
+  redis.call('HINCRBY', K_STATS, 'rstale', 1)
+end
+
+-- A number argument of redis.call costs a '%.17g' formatting on Redis 6.2: the common step of 1 is
+-- passed as a string.
 local function incr(field, by)
-  if by ~= 0 then return redis.call('HINCRBY', K_STATS, field, by) end
+  if by ~= 0 then return redis.call('HINCRBY', K_STATS, field, by == 1 and '1' or by) end
 end
 
 -- Histogram buckets: 12 per decade of milliseconds, upper bounds (10 12 15 18 20 25 30 36 40 50 60
@@ -136,7 +207,7 @@ end
 local function observe(kind, name, since, now)
   local ms = now - (tonumber(since) or now)
   if ms < 0 then ms = 0 end
-  redis.call('HINCRBY', K_HIST, kind .. ':' .. hist_bucket(ms) .. ':' .. (name or ''), 1)
+  redis.call('HINCRBY', K_HIST, kind .. ':' .. hist_bucket(ms) .. ':' .. (name or ''), '1')
 end
 
 local function wake(n)
@@ -157,7 +228,7 @@ local function promote_due(now, limit)
     if st and st.s == 'w' then
       st.qt = st.due -- ready since its due time, however late this promotion runs
       st.due = nil
-      push_ready(id, st, false)
+      push_ready(id, st, false, now)
       save(id, st, payload)
     end
   end
@@ -165,6 +236,7 @@ local function promote_due(now, limit)
 end
 
 local function to_dead(id, st, now, reason)
+  if st.h then host_dead(st.h) end
   st.s = 'x'
   st.e = reason
   st.ut = fmt(now)
@@ -175,10 +247,15 @@ end
 -- Ids headed for the ready lists, grouped by band (the priority as a string), so a batch costs one
 -- push per band.
 local function band_batch()
-  return {order = {}, ids = {}}
+  return {order = {}, ids = {}, hosts = host_batch()}
 end
 
-local function band_add(batch, p, id)
+-- Collect `id` for band `p`, or for host `h`'s queue when given (a gated task).
+local function band_add(batch, p, id, h)
+  if h then
+    host_add(batch.hosts, h, p, id)
+    return
+  end
   local ids = batch.ids[p]
   if not ids then
     ids = {}
@@ -189,8 +266,9 @@ local function band_add(batch, p, id)
 end
 
 -- Push every collected id to its band with `cmd`: RPUSH (back) or LPUSH (front; the same order as
--- pushing them one by one), then mark each band ready once.
-local function band_flush(batch, cmd)
+-- pushing them one by one), then mark each band ready once; gated ids go to their hosts' queues.
+local function band_flush(batch, cmd, now)
+  host_flush(batch.hosts, cmd == 'LPUSH', now or now_ms())
   for _, p in ipairs(batch.order) do
     local ids = batch.ids[p]
     for j = 1, #ids, 1000 do
@@ -211,10 +289,10 @@ local function stall(id, st, now, reason, batch)
   if stalls > (tonumber(st.ms) or 3) then
     to_dead(id, st, now, 'stalled ' .. stalls .. ' times: ' .. reason)
   elseif batch then
-    band_add(batch, st.p or '0', id)
+    band_add(batch, st.p or '0', id, st.h)
     st.s = 'q'
   else
-    push_ready(id, st, true)
+    push_ready(id, st, true, now)
   end
   return st.s
 end
@@ -235,10 +313,25 @@ end
 local function grant(id, st, payload, worker, ttl, now, popped)
   if popped then
     if st.s ~= 'q' then return refusal_in(st.s) end
+    if st.h then host_out(st.h, now, 'c', host_popped(st.h)) end
   elseif st.s == 'q' then
     unready(id, st)
+    if st.h then host_out(st.h, now, 'c') end
   elseif st.s == 'd' then
     redis.call('ZREM', K_INFLIGHT, id)
+    if st.h then
+      local hs = host_load(st.h)
+      if n0(hs.bu) > now then
+        -- Its host was blocked after the message left (a 429, an operator): no lease; the task goes
+        -- back to the front of its host's queue, uncounted, and the message is dropped.
+        host_end(st.h, now, false, true)
+        push_ready(id, st, true, now)
+        st.ut = fmt(now)
+        save(id, st, payload)
+        return R_WAITING
+      end
+      host_claimed(st.h, now, hs)
+    end
   else
     return refusal_in(st.s)
   end
@@ -256,13 +349,18 @@ local function grant(id, st, payload, worker, ttl, now, popped)
 end
 
 -- Standalone claim: promote due retries, then lease the best queued task. Returns the lease reply,
--- or R_EMPTY when the ready lists are empty (or their first 16 ids were all stale: popped, not leased).
+-- or R_EMPTY when the ready lists are empty (or their first 16 ids were all stale: popped, not leased;
+-- or the call skipped STALE_BUDGET stale band entries: then a wake-up token makes a waiting
+-- claimer call again at once).
 local function claim_best(worker, ttl, promote_limit, now)
   promote_due(now, promote_limit)
+  hosts_due(now)
   for _ = 1, 16 do
-    local id = pop_ready()
-    if not id then return R_EMPTY end
-    local st, payload = load(id)
+    local id, st, payload = pop_best(now, 'c')
+    if not id then
+      if stale_cut then wake(1) end
+      return R_EMPTY
+    end
     if st then
       local reply = grant(id, st, payload, worker, ttl, now, true)
       if type(reply) == 'table' then return reply end
@@ -272,27 +370,33 @@ local function claim_best(worker, ttl, promote_limit, now)
 end
 
 -- Drop completed records beyond history_max or older than history_age_ms, at most 64 of each.
+--#include _refetch
+
+-- Bound the completed history; a record leaving it is deleted unless a scheduled run needs it.
 local function trim_history(hmax, hage, now)
   local over = redis.call('ZCARD', K_COMPLETED) - hmax
   if over > 0 then
     local old = redis.call('ZPOPMIN', K_COMPLETED, math.min(over, 64))
     local ids = {}
     for j = 1, #old, 2 do ids[#ids + 1] = old[j] end
-    redis.call('HDEL', K_TASKS, unpack(ids))
+    ids = kept_records(ids)
+    if #ids > 0 then redis.call('HDEL', K_TASKS, unpack(ids)) end
   end
   local aged = redis.call('ZRANGEBYSCORE', K_COMPLETED, '-inf', fmt(now - hage), 'LIMIT', '0', '64')
   if #aged > 0 then
     redis.call('ZREM', K_COMPLETED, unpack(aged))
-    redis.call('HDEL', K_TASKS, unpack(aged))
+    aged = kept_records(aged)
+    if #aged > 0 then redis.call('HDEL', K_TASKS, unpack(aged)) end
   end
 end
 
 -- Complete a task under its lease. Returns true, or the refusal code of fenced() (nothing written).
 -- The completed history is bounded: every `period`-th completion (period = history_max / 64, between
 -- 1 and 16) trims it, so it holds at most history_max + period records; dedup remembers finished ids
--- in the lean `done` sorted set, with the completion time that dedup expiry compares. A caller that
--- already passed fenced() hands its (st, payload) in `held`, so the record is not read twice.
-local function complete_task(id, token, hmax, hage, now, held)
+-- in the compact buckets of _remembered.lua, with the completion hour that dedup expiry compares. A
+-- caller that already passed fenced() hands its (st, payload) in `held`, so the record is not read
+-- twice. `sig` is the run's output verdict for its refetch schedule (_refetch.lua; nil or '' for none).
+local function complete_task(id, token, hmax, hage, now, held, sig)
   local st, payload, refusal
   if held then
     st, payload = held[1], held[2]
@@ -302,14 +406,16 @@ local function complete_task(id, token, hmax, hage, now, held)
   end
   redis.call('ZREM', K_RUNNING, id)
   redis.call('HDEL', K_CKPT, id)
+  if st.h then host_end(st.h, now, true) end
   observe('r', st.n, st.ut, now) -- st.ut is the claim time: nothing else moves it while running
   st.s = 'c'
   st.w = nil
   st.ut = fmt(now)
   st.e = nil
+  schedule_refetch(id, st, payload, now, sig)
   save(id, st, payload)
   redis.call('ZADD', K_COMPLETED, st.ut, id)
-  if st.dd then redis.call('ZADD', K_DONE, fmt(now), id) end
+  if st.dd then remember(id, now) end
   local period = math.max(1, math.min(16, math.floor(hmax / 64)))
   if incr('completed', 1) % period == 0 then trim_history(hmax, hage, now) end
   return true

@@ -1,17 +1,20 @@
 --[[ Shared include: the pump's window fill, used by dispatch.lua and complete_dispatch.lua (after
   --#include _common, whose K_* keys, load/save, pop_ready and promote_due it uses).
   Touches KEYS[1] tasks, KEYS[2] readyp, KEYS[3] delayed, KEYS[4] inflight, KEYS[10] stats, and the
-  ready lists r:<priority> named from ARGV[1] (same hash tag as KEYS[1]).
+  ready lists r:<priority> and the host gate's keys (_hosts.lua: h, hq, hcfg,
+    hosts, hready, hwait) named from ARGV[1] (same hash tag as
+  KEYS[1]).
   Defines: fill_window(now, window, redispatch_after_ms, promote_limit) -> flat list of {id, task
   name, priority, resent} quadruples: 1. promote due retries; 2. re-stamp dispatched tasks never
   claimed within redispatch_after_ms (their message may be lost), resent = 1; 3. move ready tasks to
-  inflight until `window` are dispatched, resent = 0. The caller sends one Celery message per id.
+  inflight until `window` are dispatched, resent = 0: the best of the ready bands and of the hosts
+  eligible now (pop_best), so a gated host that may not hand out a task keeps its tasks queued. The caller sends one Celery message per id.
 ]]
 
 local function fill_window(now, window, redispatch_after_ms, promote_limit)
   promote_due(now, promote_limit)
   local out = {}
-  local stale = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', fmt(now - redispatch_after_ms), 'LIMIT', 0, 1000)
+  local stale = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', fmt(now - redispatch_after_ms), 'LIMIT', '0', '1000')
   for _, id in ipairs(stale) do
     local st = load(id)
     if st and st.s == 'd' then
@@ -26,10 +29,10 @@ local function fill_window(now, window, redispatch_after_ms, promote_limit)
   end
   if #stale > 0 then incr('redispatched', #stale) end
   local room = window - redis.call('ZCARD', K_INFLIGHT)
+  if room > 0 then hosts_due(now) end
   while room > 0 do
-    local id = pop_ready()
+    local id, st, payload = pop_best(now, 'd')
     if not id then break end
-    local st, payload = load(id)
     if st and st.s == 'q' then
       st.s = 'd'
       st.qt = st.qt or st.ut or st.ct -- its wait goes on in the broker: keep when it became ready

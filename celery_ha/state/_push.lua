@@ -5,7 +5,7 @@
   ARGV[from .. to], the push section (celery_ha/state/list_push.py builds it):
     from         database to SELECT, or '' for the script's own
     from+1..+10  the list key of message priority 0..9; a task of priority p gets message priority
-                 clamp(3 - p, 0, 9) (0 is served first, as celery_ha.integration.pump.celery_priority)
+                 clamp(3 - p, 0, 9) (0 is served first, as celery_ha.integration.dispatch.pump.celery_priority)
     from+11      a nonce unique to this call (random: no two calls share one)
     from+12..to  the template: fragment, code, fragment, ..., code, fragment; each one-letter code
                  stands for a value put between its two fragments: i task id, n task name,

@@ -1,16 +1,17 @@
 --[[ Cancel one task: it ends dead with the reason "cancelled: <reason>" (redrive brings it back).
-  A queued task leaves its band, a delayed one its retry schedule, a dispatched one the window (its
+  A queued task leaves its band (a stale entry stays, skipped when popped and counted in `stats`
+  as `rstale`), a delayed one its retry schedule, a dispatched one the window (its
   message is dropped by the claim); a running one leaves `running`, so its holder's next renewal,
   checkpoint or commit is refused (fencing) and the task stops there, writing nothing more.
   KEYS[1]  tasks
-  KEYS[2]  readyp
   KEYS[3]  delayed
   KEYS[4]  inflight
   KEYS[5]  running
   KEYS[6]  dead
   KEYS[10] stats
-  Same slot: the ready lists r:<priority> it may touch are named from ARGV[1], the prefix every KEYS
-    entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
+  Same slot: the ready lists r:<priority> and a gated task's host keys (_hosts.lua) it may touch are
+    named from ARGV[1], the prefix every KEYS entry starts with (its {hash tag} included), so they
+    share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix (the ready lists: computed keys, all under the namespace's hash tag)
   ARGV[2] task id
   ARGV[3] reason (cleaned by the caller)
@@ -27,11 +28,13 @@ if was == 'q' then
   unready(id, st)
 elseif was == 'd' then
   redis.call('ZREM', K_INFLIGHT, id)
+  if st.h then host_end(st.h, now_ms(), false, true) end
 elseif was == 'w' then
   redis.call('ZREM', K_DELAYED, id)
   st.due = nil
 elseif was == 'r' then
   redis.call('ZREM', K_RUNNING, id)
+  if st.h then host_end(st.h, now_ms()) end
   st.w = nil
 end
 to_dead(id, st, now_ms(), 'cancelled: ' .. ARGV[3])

@@ -6,15 +6,18 @@
   KEYS[9]  ckpt (read: the lease carries the checkpoint)
   KEYS[10] stats
   KEYS[12] hist (the wait histogram counts the claim)
-  Same slot: the ready lists r:<priority> it may touch are named from ARGV[1], the prefix every KEYS
-    entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
+  Same slot: the ready lists r:<priority> and the host gate's keys (_hosts.lua: h, hq, hcfg,
+    hosts, hready, hwait) it may touch are
+    named from ARGV[1], the prefix every KEYS entry starts with (its {hash tag} included), so they
+    share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2] task id
   ARGV[3] worker
   ARGV[4] lease ttl (ms)
   Reply: {id, token, expiry_ms, record, checkpoint|false}, the lease; or a refusal when the task is
     not queued or dispatched (the message is then dropped): R_UNKNOWN, R_RUNNING, R_DELAYED,
-    R_COMPLETED, R_DEAD
+    R_COMPLETED, R_DEAD; or R_WAITING for a dispatched task whose host (the host gate) was blocked
+    since: it is queued again at the front of its host's queue, uncounted
 ]]
 --#include _common
 local st, payload = load(ARGV[2])

@@ -8,14 +8,17 @@
   KEYS[4]  inflight (the refill; the window counts it)
   KEYS[5]  running
   KEYS[7]  completed
-  KEYS[8]  done (a dedup id is remembered, with its completion time)
   KEYS[9]  ckpt (dropped with the completion)
   KEYS[10] stats
   KEYS[12] hist (the runtime histogram counts the completion)
   KEYS[13] items (hash: item key -> item JSON)
   KEYS[14] itemlog (list: item keys in commit order)
-  Same slot: the ready lists r:<priority> it may touch are named from ARGV[1], the prefix every KEYS
-    entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
+  Same slot: the ready lists r:<priority>, the host gate's keys (_hosts.lua: h, hq, hcfg,
+    hosts, hready, hwait), the refetch schedule's (_refetch.lua: sched, refetch) and the bucket that
+    remembers a dedup id with its completion hour (_remembered.lua: d:<3 chars> or d:~; its bit in
+    the bitmap dk) it may touch are
+    named from ARGV[1], the prefix every KEYS entry starts with (its {hash tag} included), so they
+    share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2] task id
   ARGV[3] fencing token
@@ -24,9 +27,11 @@
   ARGV[6] window (most tasks dispatched at once), or '' for no refill (the caller pumps later)
   ARGV[7] redispatch_after (ms a dispatched task may wait for its claim before it is sent again)
   ARGV[8] promote limit (due retries moved per call)
-  ARGV[9] P, the length of the push section (0: the caller sends every message)
-  ARGV[10..9+P] the push section (_push.lua), used only with a refill
-  ARGV[10+P..] item key, item JSON, item key, item JSON, ... (a key the sink holds is ignored)
+  ARGV[9] the run's output verdict for its refetch schedule: '' none, '=' unchanged, else its
+    signature (_refetch.lua)
+  ARGV[10] P, the length of the push section (0: the caller sends every message)
+  ARGV[11..10+P] the push section (_push.lua), used only with a refill
+  ARGV[11+P..] item key, item JSON, item key, item JSON, ... (a key the sink holds is ignored)
   Reply: {new items (0 or more), flat list of {id, task name, priority, resent} as dispatch.lua's
     for the caller to send (those not pushed), messages pushed, the push's refusal text or false},
     the list empty without a refill; or a refusal (nothing written, nothing dispatched): R_UNKNOWN,
@@ -36,7 +41,7 @@
 --#include _dispatch
 --#include _push
 local now = now_ms()
-local push_to = 9 + tonumber(ARGV[9])
+local push_to = 10 + tonumber(ARGV[10])
 local items_from = push_to + 1
 local added, held = 0, nil
 if #ARGV >= items_from then
@@ -49,10 +54,10 @@ if #ARGV >= items_from then
   added = store_items(items_from)
   held = {st, payload}
 end
-local done = complete_task(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), now, held)
+local done = complete_task(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), now, held, ARGV[9])
 if done ~= true then return done end -- only without items: fenced() above already passed
 if ARGV[6] == '' then return {added, {}, 0, false} end
 local out = fill_window(now, tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8])
-if push_to == 9 or #out == 0 then return {added, out, 0, false} end
-local left, pushed, err = push_messages(out, 10, push_to)
+if push_to == 10 or #out == 0 then return {added, out, 0, false} end
+local left, pushed, err = push_messages(out, 11, push_to)
 return {added, left, pushed, err}

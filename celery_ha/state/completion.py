@@ -49,6 +49,14 @@ def lease_ids(lease: Any) -> tuple[str, int]:
     return _task_id(lease.task_id), token
 
 
+def verdict_of(lease: Lease) -> str:
+    """A lease's output verdict for the completion script (``Lease.verdict``), checked."""
+    verdict = lease.verdict
+    if not isinstance(verdict, str) or len(verdict) > 64 or "\n" in verdict:
+        raise InvalidInput("lease.verdict must be '', '=' or a signature of at most 64 characters")
+    return verdict
+
+
 def item_args(items: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
     """Validated ``key, item JSON, …`` script arguments of keyed output items (as ``commit``'s)."""
     args: list[str] = []
@@ -116,7 +124,7 @@ class CompletionOps:
         shard = self._of(task_id)
         k = self._shards[shard]
         reply = self._run("complete_dispatch", task_id, token, self.history_max, int(self.history_age * 1000),
-                          window_arg, after_ms, limit, len(push_args), *push_args, *args,
+                          window_arg, after_ms, limit, verdict_of(lease), len(push_args), *push_args, *args,
                           keys=[*self._key_lists[shard], k.items, k.item_log], shard=shard)
         if refused(reply):
             raise_for(reply, task_id, token)

@@ -1,10 +1,14 @@
 """How many tasks are in each state, and the lifetime counters: the reads behind ``TaskQueue.stats``.
 
 Every count is one O(1) command (``ZCARD``/``LLEN``/``HGETALL`` of a small hash), pipelined, so a
-stats call costs two round trips whatever the number of tasks.
+stats call costs two round trips whatever the number of tasks. The queued count is the bands' lengths
+minus their stale entries (``stats`` field ``rstale``: ids a direct claim or a cancel took out of a
+band, left there for a pop to skip; see ``unready`` in ``_common.lua``).
 """
 
 from __future__ import annotations
+
+import json
 
 import redis
 
@@ -12,7 +16,10 @@ from celery_ha.state.keys import QueueKeys
 
 #: Lifetime counters always present in ``stats()`` (0 until the first event), in display order.
 COUNTERS = ("enqueued", "duplicates", "claimed", "failed", "retried", "reclaimed", "released",
-            "redriven", "redispatched", "recrawled", "items", "items_duplicate")
+            "redriven", "redispatched", "recrawled", "refetched", "unchanged", "items", "items_duplicate")
+
+#: Fields of ``stats`` that hold the dedup sweep's place (``forget_finished.lua``), not counts.
+SWEEP_FIELDS = ("dcur", "dpmin", "dmin")
 
 
 def queue_stats(client: redis.Redis, k: QueueKeys) -> dict[str, int]:
@@ -22,27 +29,58 @@ def queue_stats(client: redis.Redis, k: QueueKeys) -> dict[str, int]:
     for key in (k.inflight, k.running, k.delayed, k.dead, k.completed):
         pipe.zcard(key)
     pipe.hgetall(k.stats)
-    bands, dispatched, running, delayed, dead, history, counters = pipe.execute()
-    queued = 0
+    pipe.hget(k.host_config, "nq")
+    bands, dispatched, running, delayed, dead, history, counters, gated = pipe.execute()
+    # queued in host queues (the host gate), and the ready bands' stale entries (not queued)
+    queued = int(gated or 0) - int(counters.pop("rstale", 0))
     if bands:
         pipe = client.pipeline(transaction=False)
         for band in bands:
             pipe.llen(k.ready_list(band))
-        queued = sum(pipe.execute())
+        queued += sum(pipe.execute())
     out = {"queued": queued, "dispatched": dispatched, "running": running, "delayed": delayed,
            "dead": dead, "completed_history": history}
     counters = {name: int(v) for name, v in counters.items()}
     out["completed"] = counters.pop("completed", 0)
     for name in COUNTERS:
         out[name] = counters.pop(name, 0)
+    # How many finished dedup ids are remembered (_remembered.lua), not a lifetime counter; the dedup
+    # sweep's cursor fields are its bookkeeping, not counts.
+    out["remembered"] = counters.pop("remembered", 0)
+    for name in SWEEP_FIELDS:
+        counters.pop(name, None)
     out.update(counters)
     out.pop("died", None)
     return out
 
 
+def live_band_ids(client: redis.Redis, k: QueueKeys, band: str, ids: list[str],
+                  seen: set[str] | None = None) -> list[str]:
+    """The live entries among ``ids`` read from ``band``: each id whose record is queued in that band
+    (not gated), once (its first entry: the one a pop hands out; ``seen`` carries the ids met in
+    earlier pages); the rest are stale entries a pop skips (``pop_ready`` in ``_common.lua``)."""
+    seen = set() if seen is None else seen
+    out: list[str] = []
+    for tid, raw in zip(ids, client.hmget(k.tasks, ids) if ids else [], strict=True):
+        if tid in seen or not raw:
+            continue
+        if isinstance(raw, bytes):
+            raw = raw.decode()
+        st = json.loads(raw.partition("\n")[0])
+        if st.get("s") == "q" and "h" not in st and st.get("p", "0") == str(band):
+            seen.add(tid)
+            out.append(tid)
+    return out
+
+
 def ready_ids(client: redis.Redis, k: QueueKeys) -> list[str]:
-    """Every queued id in claim order (for tests and tooling; O(queued))."""
+    """Every queued id in claim order (for tests and tooling; O(queued)); then the ids queued in host
+    queues, host by host (the gate decides their order when they are handed out)."""
     out: list[str] = []
     for band in client.zrange(k.ready_bands, 0, -1):
-        out.extend(client.lrange(k.ready_list(band), 0, -1))
+        if isinstance(band, bytes):
+            band = band.decode()
+        out.extend(live_band_ids(client, k, band, client.lrange(k.ready_list(band), 0, -1)))
+    for host in sorted(client.smembers(k.hosts)):
+        out.extend(client.zrange(k.host_queue(host), 0, -1))
     return out

@@ -7,8 +7,10 @@
   KEYS[3]  delayed
   KEYS[4]  inflight
   KEYS[10] stats
-  Same slot: the ready lists r:<priority> it may touch are named from ARGV[1], the prefix every KEYS
-    entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
+  Same slot: the ready lists r:<priority> and the host gate's keys (_hosts.lua: h, hq, hcfg,
+    hosts, hready, hwait) it may touch are
+    named from ARGV[1], the prefix every KEYS entry starts with (its {hash tag} included), so they
+    share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2] window (most tasks dispatched at once)
   ARGV[3] redispatch_after (ms a dispatched task may wait for its claim before it is sent again)

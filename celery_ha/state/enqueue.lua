@@ -2,7 +2,8 @@
   it is encoded once per run; records and ready ids are written with one HSET / RPUSH per 1000 tasks
   and each band is marked ready once.
   Dedup: a dedup id that is live (queued, dispatched, running, delayed, dead) is a duplicate; one that
-  finished is a duplicate until the recrawl window (ARGV[2]) has passed since its completion, and is
+  finished is a duplicate until the recrawl window (ARGV[2]) has passed since its completion (exact
+  while the history holds its record, else the start of its completion hour: _remembered.lua), and is
   then queued again as a new run of the same task: its completed record leaves the history, and its
   fencing tokens continue above every token of its earlier runs (from the old record's, or from the
   Redis clock in ms once the history forgot it), so a holder left over from an earlier run can never
@@ -10,50 +11,80 @@
   KEYS[1]  tasks
   KEYS[2]  readyp
   KEYS[7]  completed (a recrawled id leaves the history, whose trim would otherwise delete its record)
-  KEYS[8]  done (finished dedup ids -> completion ms)
+  KEYS[8]  done (the old sorted set of finished dedup ids -> completion ms, read until the sweep
+    moved it into the buckets of _remembered.lua)
   KEYS[10] stats
   KEYS[11] wake (one token per created task, for blocked claim_next callers)
-  Same slot: the ready lists r:<priority> it may touch and the 0.1 releases' dedup set `seen` (read
-    while the sweep moves it into `done`) are named from ARGV[1], the prefix every KEYS entry starts
-    with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
+  Same slot: the ready lists r:<priority>, the host gate's keys (_hosts.lua: h, hq, hcfg,
+    hosts, hready, hwait) it may touch, the refetch index (_refetch.lua: a finished id queued
+    again leaves it), the buckets of remembered ids (_remembered.lua: d:<3 chars>, d:~) and the
+    0.1 releases' dedup set `seen` (read while the sweep moves it) are named from ARGV[1],
+    the prefix every KEYS entry starts with (its {hash tag} included), so they share KEYS[1]'s slot
+    (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2] recrawl window (ms): a dedup id finished at least that long ago is queued again; -1 = never
-  ARGV[3..] runs of tasks sharing their common fields: count, priority, dedup (1/0), task name,
-    max_attempts, max_stalls, then count x (id, payload JSON)
-  Reply: one character per task, in order: '1' new (or a finished task queued again: counted in stats
+  ARGV[3] the host key mode the host keys were made under (host, registered-domain, custom)
+  ARGV[4..] runs of tasks sharing their common fields: count, priority, dedup (1/0), task name,
+    max_attempts, max_stalls, then count x (id, payload JSON, host key or '')
+  The host gate: while the namespace's gate is on (hcfg 'on' = '1', _hosts.lua), a task with a host
+    key records it (st.h) and is queued in its host's queue instead of its band; otherwise the key
+    is ignored and the task is exactly as without a gate. While it is on, the keys must have been
+    made under the namespace's key mode (hcfg 'km', default host): if not (another process changed
+    it since this one read it), nothing is written and the reply is '!' .. the mode in force; the
+    caller makes the keys again and retries.
+  Reply: '!' .. mode (above), else one character per task, in order: '1' new (or a finished task queued again: counted in stats
     'recrawled' too), '0' duplicate of a live or recently finished task, '-' id collision (a random id
     met an existing one: nothing written for it, the caller retries it)
 ]]
 --#include _common
 local now = now_ms()
+local gate = redis.call('HGET', K_HCFG, 'on') == '1'
+if gate then
+  local mode = redis.call('HGET', K_HCFG, 'km') or 'host'
+  if mode ~= ARGV[3] then return '!' .. mode end
+end
 
--- Which ids exist already (a live record, or a finished dedup id in `done`): one HMGET and one
--- ZMSCORE per 1000 ids instead of two lookups per task. `expired` holds the finished ids whose
--- recrawl window has passed, with their old record (false once the history trimmed it).
+-- Which ids exist already (a live record, or a remembered finished dedup id): one HMGET per 1000 ids
+-- and one HGET of its bucket per id. `expired` holds the finished ids whose recrawl window has
+-- passed, with their old record (false once the history trimmed it). A remembered time is the start
+-- of its hour: when it says expired, the record, while the history holds it, has the exact time.
 local window = tonumber(ARGV[2])
 local cutoff = window >= 0 and now - window or nil
 local legacy = PREFIX .. 'seen'
 local has_legacy = redis.call('EXISTS', legacy) == 1
+local has_zset = redis.call('EXISTS', K_DONE) == 1
+local function finished_time(id, zscore)
+  local key, field = done_slot(id)
+  local hour = redis.call('HGET', key, field)
+  if hour then return hour_ms(hour) end
+  return zscore and tonumber(zscore) or nil
+end
 local taken, expired = {}, {}
 do
   local ids = {}
-  local i = 3
+  local i = 4
   while i <= #ARGV do
     local count = tonumber(ARGV[i])
     i = i + 6
     for _ = 1, count do
       ids[#ids + 1] = ARGV[i]
-      i = i + 2
+      i = i + 3
     end
   end
   for j = 1, #ids, 1000 do
     local last = math.min(j + 999, #ids)
     local records = redis.call('HMGET', K_TASKS, unpack(ids, j, last))
-    local finished = redis.call('ZMSCORE', K_DONE, unpack(ids, j, last))
+    local zset = has_zset and redis.call('ZMSCORE', K_DONE, unpack(ids, j, last)) or {}
     local old = has_legacy and redis.call('SMISMEMBER', legacy, unpack(ids, j, last))
     for k = 1, last - j + 1 do
-      local id, at = ids[j + k - 1], finished[k]
-      if at and cutoff and tonumber(at) <= cutoff then
+      local id = ids[j + k - 1]
+      local at -- not needed for an id with a record when no window applies: it is taken anyway
+      if cutoff or not records[k] then at = finished_time(id, zset[k]) end
+      if at and cutoff and at <= cutoff and records[k] then
+        local st = decode(records[k])
+        if st.s == 'c' and tonumber(st.ut) > cutoff then at = nil end -- finished within the window
+      end
+      if at and cutoff and at <= cutoff then
         expired[id] = records[k]
       elseif records[k] or at or (old and old[k] == 1) then
         taken[id] = true
@@ -65,17 +96,19 @@ end
 -- The state part of a finished task's next run: `st` with the token carried over (see the header).
 -- Nil when its record says it is not finished after all (then it is a live duplicate).
 local function next_run(id, st, old_record)
-  local token = now
+  local token, old = now, nil
   if old_record then
-    local old = decode(old_record)
+    old = decode(old_record)
     if old.s ~= 'c' then return nil end
     token = math.max(tonumber(old.k) or 0, now)
     redis.call('ZREM', K_COMPLETED, id)
+    redis.call('ZREM', K_REFETCH, id)
   end
-  redis.call('ZREM', K_DONE, id)
+  forget_done(id)
   local run = {}
   for key, value in pairs(st) do run[key] = value end
   run.k = fmt(token)
+  if old then run.iv, run.sg = old.iv, old.sg end -- its refetch schedule's state (_refetch.lua)
   return cjson.encode(run) .. '\n'
 end
 
@@ -92,7 +125,7 @@ local function write_records()
   end
 end
 
-local i = 3
+local i = 4
 while i <= #ARGV do
   local count, p, dd, name = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local st = {n = name, ct = fmt(now), ma = ARGV[i + 4], ms = ARGV[i + 5]}
@@ -119,18 +152,20 @@ while i <= #ARGV do
       end
     else
       fresh[id] = true
+      local host = gate and ARGV[i + 2] ~= '' and ARGV[i + 2] or nil
+      if host then head_of = string.sub(head_of, 1, -3) .. ',"h":"' .. host .. '"}\n' end
       records[#records + 1] = id
       records[#records + 1] = head_of .. ARGV[i + 1]
       if #records >= 2000 then write_records() end
-      band_add(queued, p, id)
+      band_add(queued, p, id, host)
       created = created + 1
       reply[#reply + 1] = '1'
     end
-    i = i + 2
+    i = i + 3
   end
 end
 write_records()
-band_flush(queued, 'RPUSH')
+band_flush(queued, 'RPUSH', now)
 incr('duplicates', duplicates)
 incr('enqueued', created)
 incr('recrawled', recrawled)

@@ -4,16 +4,18 @@
   present random id (dedup off) is not a collision to retry under a new id: it is this very task.
   KEYS[1]  tasks
   KEYS[2]  readyp
-  KEYS[8]  done (a finished dedup id counts as present, however long ago it finished: a replay
-    repeats a request, it never asks for a recrawl)
+  KEYS[8]  done (the old sorted set of finished dedup ids, read until the sweep moved it into the
+    buckets of _remembered.lua). A remembered (finished dedup) id counts as present, however long ago
+    it finished: a replay repeats a request, it never asks for a recrawl.
   KEYS[10] stats
   KEYS[11] wake (one token per created task, for blocked claim_next callers)
-  Same slot: the ready lists r:<priority> it may touch and the 0.1 releases' dedup set `seen` are
-    named from ARGV[1], the prefix every KEYS entry starts with (its {hash tag} included), so they
-    share KEYS[1]'s slot (_common checks it).
+  Same slot: the ready lists r:<priority>, the host gate's keys (_hosts.lua: h, hq, hcfg,
+    hosts, hready, hwait) it may touch, the buckets of remembered ids (_remembered.lua: d:<3 chars>,
+    d:~) and the 0.1 releases' dedup set `seen` are named from ARGV[1], the prefix every KEYS entry starts with
+    (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2..] runs as in enqueue.lua: count, priority, dedup (1/0), task name, max_attempts, max_stalls,
-    then count x (id, payload JSON)
+    then count x (id, payload JSON, host key or ''); the host gate as in enqueue.lua
   Reply: one character per task, in order: '1' created now, '0' present already (nothing written; a
     present dedup task counts in stats 'duplicates', as in enqueue.lua)
 ]]
@@ -22,6 +24,7 @@ local now = now_ms()
 local reply = {}
 local created, duplicates = 0, 0
 local queued = band_batch()
+local gate = redis.call('HGET', K_HCFG, 'on') == '1'
 local legacy = PREFIX .. 'seen'
 local has_legacy = redis.call('EXISTS', legacy) == 1
 
@@ -35,20 +38,23 @@ while i <= #ARGV do
   i = i + 6
   for _ = 1, count do
     local id = ARGV[i]
-    if redis.call('HEXISTS', K_TASKS, id) == 1 or redis.call('ZSCORE', K_DONE, id)
+    if redis.call('HEXISTS', K_TASKS, id) == 1 or done_time(id)
        or (has_legacy and redis.call('SISMEMBER', legacy, id) == 1) then
       reply[#reply + 1] = '0'
       if dd == '1' then duplicates = duplicates + 1 end
     else
-      redis.call('HSET', K_TASKS, id, head .. ARGV[i + 1])
-      band_add(queued, p, id)
+      local host = gate and ARGV[i + 2] ~= '' and ARGV[i + 2] or nil
+      local head_of = head
+      if host then head_of = string.sub(head, 1, -3) .. ',"h":"' .. host .. '"}\n' end
+      redis.call('HSET', K_TASKS, id, head_of .. ARGV[i + 1])
+      band_add(queued, p, id, host)
       created = created + 1
       reply[#reply + 1] = '1'
     end
-    i = i + 2
+    i = i + 3
   end
 end
-band_flush(queued, 'RPUSH')
+band_flush(queued, 'RPUSH', now)
 incr('duplicates', duplicates)
 incr('enqueued', created)
 wake(created)

@@ -6,6 +6,8 @@
   KEYS[5]  running
   KEYS[6]  dead
   KEYS[10] stats
+  Same slot: a gated task's host keys (_hosts.lua) are named from ARGV[1], the prefix every KEYS
+    entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2] task id
   ARGV[3] fencing token
@@ -22,6 +24,7 @@ local st, payload, refusal = fenced(id, ARGV[3])
 if refusal then return refusal end
 local now = now_ms()
 redis.call('ZREM', K_RUNNING, id)
+if st.h then host_end(st.h, now) end
 local attempts = (tonumber(st.a) or 0) + 1
 st.a = tostring(attempts)
 st.e = ARGV[4]

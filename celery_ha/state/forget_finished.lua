@@ -1,51 +1,134 @@
---[[ Dedup upkeep, run by the maintenance sweep: bounds `done` by the dedup TTL and moves the 0.1
-  releases' dedup set into it. A finished id older than the TTL is forgotten once its record has left
-  the completed history (until then the record says the task is finished, and enqueue's recrawl
-  window decides); an id of the old set `seen` (no completion time) enters `done` as finished now.
+--[[ Dedup upkeep, run by the maintenance sweep: bounds the remembered (finished dedup) ids by the
+  dedup TTL, and moves the older layouts into the buckets of _remembered.lua: the sorted set `done`
+  (KEYS[8], the layout before it: its completion ms becomes the completion hour) and the 0.1
+  releases' set `seen` (no completion time: finished now). An id the buckets hold already keeps
+  their time (written later).
+  A remembered id older than the TTL is forgotten once its record has left the completed history
+  (until then the record says the task is finished, and enqueue's recrawl window decides). Its age is
+  counted from the start of its completion hour: it may be forgotten up to an hour early.
+  The buckets are read in passes, bucket by bucket in the order of their bitmap `dk` (only those
+  whose bit is set; one met empty has its bit cleared), a pass carried over calls by a cursor (stats
+  'dcur'): a call stops once it examined `limit` ids or read BUCKETS_PER_CALL buckets. A pass starts only once the TTL may have reached the oldest remembered hour (stats
+  'dmin', a lower bound each pass renews from what it kept, 'dpmin' while it runs), so a sweep with
+  nothing old enough to forget reads no bucket.
   KEYS[7]  completed (an id still in the history is kept)
-  KEYS[8]  done (finished dedup ids -> completion ms)
-  Same slot: the old set `seen` is named from ARGV[1], the prefix every KEYS entry starts with (its
-    {hash tag} included), so it shares KEYS[1]'s slot (_common checks it).
+  KEYS[8]  done (the old sorted set: moved, then gone)
+  KEYS[10] stats ('remembered', and the pass's dcur, dpmin, dmin)
+  Same slot: the buckets (d:<3 chars>, d:~), their bitmap dk and the old set `seen` are named from ARGV[1], the prefix
+    every KEYS entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common
+    checks it).
   ARGV[1] namespace prefix
   ARGV[2] dedup TTL (ms); -1 = never forget
-  ARGV[3] limit: most ids examined for each of the two jobs per call
-  Reply: {forgotten, moved (from the old set), more (1 when either job has more left)}
+  ARGV[3] limit: most ids examined (and moved, from each old set) per call
+  Reply: {forgotten, moved (from the old sets), more (1 while a pass is under way or an old set has
+    ids left)}
 ]]
 --#include _common
 local now = now_ms()
 local limit = tonumber(ARGV[3])
 local ttl = tonumber(ARGV[2])
 local forgotten, moved, more = 0, 0, 0
+local BUCKETS_PER_CALL = 4096
 
-if ttl >= 0 then
-  local old = redis.call('ZRANGEBYSCORE', K_DONE, '-inf', fmt(now - ttl), 'LIMIT', '0', ARGV[3])
-  if #old == limit then more = 1 end
-  for j = 1, #old, 1000 do
-    local last = math.min(j + 999, #old)
-    local kept = redis.call('ZMSCORE', K_COMPLETED, unpack(old, j, last))
-    local gone = {}
-    for k = 1, last - j + 1 do
-      if not kept[k] then gone[#gone + 1] = old[j + k - 1] end
-    end
-    if #gone > 0 then
-      redis.call('ZREM', K_DONE, unpack(gone))
-      forgotten = forgotten + #gone
-    end
+-- The old layouts first, so a pass under way counts them.
+local zset = redis.call('ZRANGE', K_DONE, '0', tostring(limit - 1), 'WITHSCORES')
+if #zset > 0 then
+  local oldest, ids = nil, {}
+  for j = 1, #zset, 2 do
+    local hour = done_hour(tonumber(zset[j + 1]))
+    if not oldest or hour < oldest then oldest = hour end
+    remember(zset[j], now, hour, true)
+    ids[#ids + 1] = zset[j]
   end
+  for j = 1, #ids, 1000 do
+    redis.call('ZREM', K_DONE, unpack(ids, j, math.min(j + 999, #ids)))
+  end
+  lower_dmin(oldest)
+  moved = #ids
+  if redis.call('EXISTS', K_DONE) == 1 then more = 1 end
 end
 
 local legacy = PREFIX .. 'seen'
 local ids = redis.call('SPOP', legacy, limit)
 if #ids > 0 then
-  local stamped = {}
-  for _, id in ipairs(ids) do
-    stamped[#stamped + 1] = fmt(now)
-    stamped[#stamped + 1] = id
-  end
-  for j = 1, #stamped, 2000 do
-    redis.call('ZADD', K_DONE, 'NX', unpack(stamped, j, math.min(j + 1999, #stamped)))
-  end
-  moved = #ids
+  for _, id in ipairs(ids) do remember(id, now, nil, true) end
+  moved = moved + #ids
   if redis.call('EXISTS', legacy) == 1 then more = 1 end
+end
+
+if ttl >= 0 then
+  local cutoff = done_hour(now - ttl) -- an id of this hour or older is past the TTL
+  local cur = tonumber(redis.call('HGET', K_STATS, 'dcur'))
+  local pmin = tonumber(redis.call('HGET', K_STATS, 'dpmin'))
+  if not cur then
+    local dmin = tonumber(redis.call('HGET', K_STATS, 'dmin'))
+    if not dmin or dmin <= cutoff then cur = 0 end
+  end
+  if cur then
+    pmin = pmin or done_hour(now) -- ids remembered while the pass runs are this hour or later
+    local examined, visited = 0, 0
+    local map, map_from = nil, 0 -- a 4 KB window of the bitmap, from byte map_from
+    local function marked(i) -- whether bucket i may hold ids; d:~ always may
+      if i >= DONE_BUCKETS then return true end
+      local byte = math.floor(i / 8)
+      if not map or byte < map_from or byte >= map_from + 4096 then
+        map_from = byte
+        map = redis.call('GETRANGE', K_DK, tostring(byte), tostring(byte + 4095))
+      end
+      local b = string.byte(map, byte - map_from + 1) or 0
+      if b == 0 then return false, (byte + 1) * 8 end -- the next bucket worth a look
+      return math.floor(b / 2 ^ (7 - i % 8)) % 2 == 1, i + 1
+    end
+    while cur <= DONE_BUCKETS and examined < limit and visited < BUCKETS_PER_CALL do
+      local hit, skip_to = marked(cur)
+      while not hit and skip_to <= DONE_BUCKETS do
+        cur = skip_to
+        hit, skip_to = marked(cur)
+      end
+      if not hit then cur = DONE_BUCKETS hit = true end
+      local key = done_bucket(cur)
+      local flat = redis.call('HGETALL', key)
+      visited = visited + 1
+      examined = examined + #flat / 2
+      local old, fields, hours, emptied = {}, {}, {}, 0
+      for j = 1, #flat, 2 do
+        local hour = tonumber(flat[j + 1])
+        if hour <= cutoff then
+          old[#old + 1] = done_id(cur, flat[j])
+          fields[#fields + 1] = flat[j]
+          hours[#hours + 1] = hour
+        elseif hour < pmin then
+          pmin = hour
+        end
+      end
+      for j = 1, #old, 1000 do
+        local last = math.min(j + 999, #old)
+        local kept = redis.call('ZMSCORE', K_COMPLETED, unpack(old, j, last))
+        local gone = {}
+        for k = 1, last - j + 1 do
+          if kept[k] then
+            pmin = math.min(pmin, hours[j + k - 1])
+          else
+            gone[#gone + 1] = fields[j + k - 1]
+          end
+        end
+        if #gone > 0 then
+          redis.call('HDEL', key, unpack(gone))
+          emptied = emptied + #gone
+          incr('remembered', -#gone)
+          forgotten = forgotten + #gone
+        end
+      end
+      if emptied * 2 == #flat and cur < DONE_BUCKETS then redis.call('SETBIT', K_DK, tostring(cur), '0') end
+      cur = cur + 1
+    end
+    if cur > DONE_BUCKETS then -- the pass is over: no remembered id is older than what it kept
+      redis.call('HSET', K_STATS, 'dmin', tostring(pmin))
+      redis.call('HDEL', K_STATS, 'dcur', 'dpmin')
+    else
+      redis.call('HSET', K_STATS, 'dcur', tostring(cur), 'dpmin', tostring(pmin))
+      more = 1
+    end
+  end
 end
 return {forgotten, moved, more}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-from celery_ha.base.validation import canonical_url, simple_canonical_url
+from celery_ha.base.urls import DEFAULT_RULES, UrlRules, canonical_url, simple_canonical_url
 
 ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 ID_LEN = 12  # ~71 bits: collision-free in practice, and 12 chars fit Redis' 16-byte allocation
@@ -28,10 +28,11 @@ def dedup_id(task: str, canonical: str) -> str:
     return encode_id(hashlib.sha256(f"{task}\0{canonical}".encode()).digest())
 
 
-def task_id_for(task: str, url: str) -> str:
-    """The dedup id of (task, url): SHA-256 of the canonical URL as 12 alphanumeric chars."""
+def task_id_for(task: str, url: str, rules: UrlRules = DEFAULT_RULES) -> str:
+    """The dedup id of (task, url): SHA-256 of the canonical URL as 12 alphanumeric chars. ``rules``:
+    the namespace's (``TaskQueue.url_rules``) when it sets any."""
     canonical = simple_canonical_url(url)
-    return dedup_id(task, canonical_url(url) if canonical is None else canonical)
+    return dedup_id(task, canonical_url(url, rules) if canonical is None else canonical)
 
 
 def random_id() -> str:

@@ -33,7 +33,9 @@ class QueueKeys:
         self.running = p + "running"  # zset: id, score = lease expiry (ms)
         self.dead = p + "dead"  # zset: id, score = time of death (µs, orders deaths within a ms)
         self.completed = p + "completed"  # zset: id, score = completion time (bounded history)
-        self.done = p + "done"  # zset: dedup ids of finished tasks, score = completion time (ms)
+        # zset: dedup ids of finished tasks -> completion time (ms), the layout before the buckets
+        # d:<3 chars> of _remembered.lua (state/done_times.py); read until the sweep moved it
+        self.done = p + "done"
         self.legacy_seen = p + "seen"  # set: 0.1 releases' dedup ids (no times); the sweep moves them
         self.checkpoints = p + "ckpt"  # hash: id -> JSON checkpoint
         self.stats = p + "stats"  # hash: counters
@@ -44,11 +46,31 @@ class QueueKeys:
         self.locks = base + "lock:"  # prefix of short maintenance locks
         self.workers = base + "workers"  # zset: worker name -> last heartbeat (ms)
         self.task_names = base + "tasknames"  # hash: worker node -> JSON list of the task names it runs
+        self.node_info = base + "nodes"  # hash: worker node -> JSON of its start-up report (patches)
         self.meta = base + "meta"  # hash: last sweep time, pause flag, shard count, other bookkeeping
+        self.spans = base + "spans"  # hash: id -> traceparent of its latest attempt (tracing on only)
+        # The host gate (state/hosts.py, _hosts.lua), per shard: a host's keys live on its shard.
+        self.host_config = p + "hcfg"  # hash: defaults, gate switch, counters (nq: tasks in host queues)
+        self.hosts_ready = p + "hready"  # zset: eligible hosts with queued tasks
+        self.hosts_wait = p + "hwait"  # zset: other hosts with queued tasks, score = when eligible (ms)
+        self.hosts = p + "hosts"  # set: every host the gate knows
+        # Conditional requests (state/validators.py): id -> ETag / Last-Modified of its page, bounded
+        self.validators = p + "valid"
+        # Refetch schedules (state/schedules.py, _refetch.lua), per shard
+        self.schedules = p + "sched"  # hash: 't:<task>', 'h:<host>', 't:<task>@<host>' -> schedule
+        self.refetch = p + "refetch"  # zset: completed ids waiting for a scheduled run, score = due (ms)
 
     def ready_list(self, priority: int | str) -> str:
         """List of queued ids of one priority band, FIFO (must match ready_key() in _common.lua)."""
         return f"{self.prefix}r:{priority}"
+
+    def host_queue(self, host: str) -> str:
+        """Zset of one host's queued ids (must match hqkey() in _hosts.lua)."""
+        return f"{self.prefix}hq:{host}"
+
+    def host_state(self, host: str) -> str:
+        """Hash of one host's limits and state (must match hkey() in _hosts.lua)."""
+        return f"{self.prefix}h:{host}"
 
     def lock(self, name: str) -> str:
         return self.locks + name

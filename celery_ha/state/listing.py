@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 from celery_ha.base.errors import InvalidInput
 from celery_ha.base.validation import check_int, check_task_name, check_text, parse_duration
+from celery_ha.state.counts import live_band_ids
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.records import TaskInfo
 from celery_ha.state.taskqueue import TaskQueue
@@ -45,13 +46,30 @@ def _ids(q: TaskQueue, state: str, start: int, count: int) -> list[str]:
 
 def _queued(q: TaskQueue, k: QueueKeys, skip: int, count: int, out: list[str]) -> int:
     """Append one shard's queued ids (claim order) past ``skip`` to ``out``; returns what is left
-    of ``skip`` for the next shard."""
+    of ``skip`` for the next shard. In the ready bands ``skip`` counts entries, stale ones included
+    (ids a direct claim or a cancel left there for a pop to skip); the page shows live ids only."""
     for band in q.client.zrange(k.ready_bands, 0, -1):
-        length = int(q.client.llen(k.ready_list(band)))
+        key = k.ready_list(band)
+        length = int(q.client.llen(key))
         if skip >= length:
             skip -= length
             continue
-        out.extend(q.client.lrange(k.ready_list(band), skip, skip + count - len(out) - 1))
+        seen: set[str] = set()
+        while skip < length and len(out) < count:
+            page = q.client.lrange(key, skip, skip + max(count - len(out), SCAN_PAGE // 10) - 1)
+            if not page:
+                break
+            skip += len(page)
+            out.extend(live_band_ids(q.client, k, band, page, seen)[:count - len(out)])
+        skip = 0
+        if len(out) >= count:
+            return skip
+    for host in sorted(q.client.smembers(k.hosts)):  # then the host gate's queues, host by host
+        length = int(q.client.zcard(k.host_queue(host)))
+        if skip >= length:
+            skip -= length
+            continue
+        out.extend(q.client.zrange(k.host_queue(host), skip, skip + count - len(out) - 1))
         skip = 0
         if len(out) >= count:
             break
@@ -96,19 +114,37 @@ def list_tasks(q: TaskQueue, state: str, *, task: str | None = None, limit: int 
     return out
 
 
+def _known_completed(q: TaskQueue) -> Iterator[TaskInfo]:
+    """The completed history (oldest first), then the completed tasks waiting for a scheduled run
+    that the history no longer holds (``state/schedules.py``: their records stay, however old)."""
+    seen: set[str] = set()
+    for info in _scan(q, "completed"):
+        seen.add(info.id)
+        yield info
+    batch: list[str] = []
+    for task_id in q.refetch_ids():
+        if task_id not in seen:
+            batch.append(task_id)
+        if len(batch) >= SCAN_PAGE:
+            yield from (i for i in q.get_many(batch) if i is not None and i.state == "completed")
+            batch = []
+    yield from (i for i in q.get_many(batch) if i is not None and i.state == "completed")
+
+
 def completed_matching(q: TaskQueue, *, match: str | None = None, older_than: float | str | None = None,
                        task: str | None = None) -> list[str]:
-    """Ids of the completed history (oldest first) whose URL matches the glob ``match`` (``*``, ``?``,
-    ``[...]``, case-sensitive), that completed at least ``older_than`` ago (Redis clock) and run
-    ``task``; every filter left out matches all. Read in full before anything acts on them, so a
-    caller that re-queues them does not shift the history under its own scan."""
+    """Ids of the known completed tasks (the history, oldest first, then those waiting for a
+    scheduled run) whose URL matches the glob ``match`` (``*``, ``?``, ``[...]``, case-sensitive),
+    that completed at least ``older_than`` ago (Redis clock) and run ``task``; every filter left out
+    matches all. Read in full before anything acts on them, so a caller that re-queues them does not
+    shift the history under its own scan."""
     pattern = None if match is None else check_text("match", match, 8 * 1024)
     name = None if task is None else check_task_name(task)
     cutoff = None
     if older_than is not None:
         seconds, micros = q.client.time()
         cutoff = int(seconds) + int(micros) / 1e6 - parse_duration(older_than, "older_than")
-    return [info.id for info in _scan(q, "completed")
+    return [info.id for info in _known_completed(q)
             if (name is None or info.task == name)
             and (cutoff is None or (info.updated_at or 0) <= cutoff)
             and (pattern is None or fnmatch.fnmatchcase(info.url, pattern))]

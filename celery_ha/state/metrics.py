@@ -20,6 +20,7 @@ from typing import Any
 
 import redis
 
+from celery_ha.redisio.cluster import is_cluster_client
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.shards import namespace_keys
 
@@ -37,11 +38,19 @@ EVENTS = {
     "enqueued": "enqueued", "duplicates": "duplicate", "claimed": "claimed", "completed": "completed",
     "failed": "failed", "retried": "retried", "reclaimed": "reclaimed", "released": "released",
     "redriven": "redriven", "died": "dead", "redispatched": "redispatched", "recrawled": "recrawled",
-    "cancelled": "cancelled",
+    "cancelled": "cancelled", "unchanged": "unchanged", "refetched": "refetched",
 }
 #: How many ids at the head of each band are read to find the oldest waiting one: reclaimed tasks go
 #: to the front of their band, so the oldest one is the first id pushed at the back, a few places in.
 HEAD = 16
+#: The host gate's zones of hosts with queued tasks (``celery_ha_hosts{zone}``), and hwait's score of
+#: a host parked until an event (SLOT in _hosts.lua).
+HOST_ZONES = ("eligible", "waiting", "parked")
+PARKED = 9e15
+#: Hosts whose queue heads are read for the oldest waiting task (from each end of hwait, and the
+#: front of hready): every host while at most 3 x this many have queued tasks; beyond that the hosts
+#: most likely to hold it (parked or blocked longest, due next, served least recently).
+HOST_SAMPLE = 50
 
 
 def bucket_bound_ms(k: int) -> float:
@@ -136,6 +145,11 @@ class QueueMetrics:
     oldest_ready_ms: int | None  # when the longest-waiting queued task became ready
     oldest_dispatched_ms: int | None  # when the oldest dispatched, unclaimed task was sent
     completed_history: int = 0
+    # Hosts of the host gate with queued tasks: eligible now, waiting for a time (pacing, a block),
+    # parked until an event (a free slot, a claim, more budget). Three O(1) reads per shard.
+    hosts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(HOST_ZONES, 0))
+    # Completed tasks waiting for a scheduled refetch (state/schedules.py): all, and those due now.
+    refetch: dict[str, int] = field(default_factory=lambda: {"waiting": 0, "due": 0})
 
     def alive_workers(self, max_age: float) -> list[str]:
         cutoff = self.now_ms - int(max_age * 1000)
@@ -164,19 +178,24 @@ def read_queue_metrics(client: redis.Redis, namespace: str) -> QueueMetrics:
     shard of a sharded namespace: counts, counters and histograms are added up)."""
     shards = namespace_keys(client, namespace)
     k = shards[0]
-    pipe = client.pipeline(transaction=False)
-    pipe.time()
-    pipe.zrange(k.workers, 0, -1, withscores=True)
-    clock, workers = pipe.execute()
+    if is_cluster_client(client):  # redis-py's cluster pipeline refuses TIME (it has no key to route by)
+        clock, workers = client.time(), client.zrange(k.workers, 0, -1, withscores=True)
+    else:
+        pipe = client.pipeline(transaction=False)
+        pipe.time()
+        pipe.zrange(k.workers, 0, -1, withscores=True)
+        clock, workers = pipe.execute()
     now_ms = int(clock[0]) * 1000 + int(clock[1]) // 1000
     states = dict.fromkeys(("queued", "dispatched", "running", "delayed", "dead"), 0)
     counters: dict[str, int] = {}
     hist: dict[str, int] = {}
     items = history = 0
+    hosts = dict.fromkeys(HOST_ZONES, 0)
+    refetch = {"waiting": 0, "due": 0}
     starts: list[int] = []
     sent: list[int] = []
     for k in shards:
-        part = _shard_reads(client, k)
+        part = _shard_reads(client, k, now_ms)
         for name in states:
             states[name] += part[name]
         for name, value in part["stats"].items():
@@ -186,6 +205,10 @@ def read_queue_metrics(client: redis.Redis, namespace: str) -> QueueMetrics:
             hist[field_] = hist.get(field_, 0) + int(value)
         items += part["items"]
         history += part["history"]
+        for zone in HOST_ZONES:
+            hosts[zone] += part["hosts"][zone]
+        for kind in refetch:
+            refetch[kind] += part["refetch"][kind]
         starts += part["starts"]
         sent += part["first_sent"]
     states["completed"] = counters.get("completed", 0)
@@ -201,10 +224,12 @@ def read_queue_metrics(client: redis.Redis, namespace: str) -> QueueMetrics:
         oldest_ready_ms=min(starts) if starts else None,
         oldest_dispatched_ms=min(sent) if sent else None,
         completed_history=history,
+        hosts=hosts,
+        refetch=refetch,
     )
 
 
-def _shard_reads(client: redis.Redis, k: QueueKeys) -> dict[str, Any]:
+def _shard_reads(client: redis.Redis, k: QueueKeys, now_ms: int) -> dict[str, Any]:
     """One shard's counts, counters, histogram buckets and oldest waiting tasks (two round trips)."""
     pipe = client.pipeline(transaction=False)
     pipe.zrange(k.ready_bands, 0, -1)
@@ -214,8 +239,16 @@ def _shard_reads(client: redis.Redis, k: QueueKeys) -> dict[str, Any]:
     pipe.hgetall(k.hist)
     pipe.hlen(k.items)
     pipe.zrange(k.inflight, 0, 0, withscores=True)
-    bands, dispatched, running, delayed, dead, history, stats, hist, items, first_sent = pipe.execute()
-    queued = 0
+    pipe.hget(k.host_config, "nq")
+    pipe.zcard(k.hosts_ready)
+    pipe.zcard(k.hosts_wait)
+    pipe.zcount(k.hosts_wait, PARKED, "+inf")
+    pipe.zcard(k.refetch)
+    pipe.zcount(k.refetch, "-inf", now_ms)
+    (bands, dispatched, running, delayed, dead, history, stats, hist, items, first_sent, gated, eligible,
+     waiting, parked, scheduled, due) = pipe.execute()
+    # queued in host queues (the host gate), less the ready bands' stale entries (see state/counts.py)
+    queued = int(gated or 0) - int(stats.pop("rstale", 0))
     heads: list[str] = []
     if bands:
         pipe = client.pipeline(transaction=False)
@@ -223,9 +256,30 @@ def _shard_reads(client: redis.Redis, k: QueueKeys) -> dict[str, Any]:
             pipe.llen(k.ready_list(band))
             pipe.lrange(k.ready_list(band), 0, HEAD - 1)
         replies = pipe.execute()
-        queued = sum(replies[0::2])
+        queued += sum(replies[0::2])
         heads = [tid for ids in replies[1::2] for tid in ids]
+    if gated and int(gated) > 0:
+        heads += _host_heads(client, k)
     starts = [s for s in map(_ready_since, client.hmget(k.tasks, heads) if heads else []) if s is not None]
     return {"queued": queued, "dispatched": dispatched, "running": running, "delayed": delayed, "dead": dead,
             "history": history, "stats": stats, "hist": hist, "items": int(items), "starts": starts,
-            "first_sent": [int(first_sent[0][1])] if first_sent else []}
+            "first_sent": [int(first_sent[0][1])] if first_sent else [],
+            "hosts": {"eligible": int(eligible), "waiting": int(waiting) - int(parked),
+                      "parked": int(parked)},
+            "refetch": {"waiting": int(scheduled), "due": int(due)}}
+
+
+def _host_heads(client: redis.Redis, k: QueueKeys) -> list[str]:
+    """The first ids of the host gate's queues (tasks of gated hosts wait there, not in a band), of
+    the hosts :data:`HOST_SAMPLE` picks (two round trips)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.zrange(k.hosts_ready, 0, HOST_SAMPLE - 1)
+    pipe.zrange(k.hosts_wait, 0, HOST_SAMPLE - 1)
+    pipe.zrange(k.hosts_wait, -HOST_SAMPLE, -1)
+    hosts = list(dict.fromkeys(h for part in pipe.execute() for h in part))
+    if not hosts:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for host in hosts:
+        pipe.zrange(k.host_queue(host), 0, HEAD // 4 - 1)
+    return [tid for ids in pipe.execute() for tid in ids]

@@ -1,11 +1,11 @@
 """The operator's transitions (cancel, redrive, recrawl) and dedup upkeep, as a base class of
 :class:`~celery_ha.state.taskqueue.TaskQueue` (which keeps the worker's path).
 
-Dedup remembers each finished dedup id in ``done`` with its completion time. With a dedup TTL (the
-queue's ``dedup_ttl``, ``CELERY_HA_DEDUP_TTL``) a URL finished longer ago than that is no longer a
-duplicate: enqueueing it again starts a new run (``enqueue.lua``), and the sweep forgets such ids once
-the completed history let go of their records, so ``done`` stays bounded by what finished within the
-TTL. ``recrawl`` re-queues completed tasks on demand, whatever their age.
+Dedup remembers each finished dedup id with its completion hour, in compact buckets (``_remembered.lua``).
+With a dedup TTL (the queue's ``dedup_ttl``, ``CELERY_HA_DEDUP_TTL``) a URL finished longer ago than that
+is no longer a duplicate: enqueueing it again starts a new run (``enqueue.lua``), and the sweep forgets
+such ids once the completed history let go of their records, so the remembered ids stay bounded by what
+finished within the TTL. ``recrawl`` re-queues completed tasks on demand, whatever their age.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from celery_ha.base import tracing
 from celery_ha.base.validation import MAX_ERROR_CHARS, check_int, clean_message, iter_many, parse_duration
 from celery_ha.state.enqueue_args import MAX_BATCH
 from celery_ha.state.queue_reads import _task_id
@@ -39,6 +40,18 @@ class OperatorOps:
     dedup_ttl: float | None
     _run: Callable[..., Any]
     _of: Callable[[str], int]
+    get_many: Callable[..., Any]
+
+    def _traced(self, name: str, task_ids: list[str], **attributes: Any) -> None:
+        """A span per task in its own trace (``base/tracing.py``), when tracing is on: one read of the
+        tasks' records, only then."""
+        if not task_ids or not tracing.enabled():
+            return
+        for info in self.get_many(task_ids):
+            if info is not None:
+                tracing.task_event(name, info.trace, {"celery_ha.task_id": info.id,
+                                                      "celery_ha.task": info.task,
+                                                      "celery_ha.namespace": self.namespace, **attributes})
 
     def recrawl(self, task_ids: Iterable[str]) -> dict[str, str]:
         """Queue completed tasks again as new runs (same URL, meta and task; attempts cleared), each at
@@ -55,12 +68,15 @@ class OperatorOps:
                 if isinstance(codes, bytes):
                     codes = codes.decode()
                 results.update((tid, RECRAWL_RESULTS[c]) for tid, c in zip(part, codes, strict=True))
+        self._traced("celery_ha.recrawl", [tid for tid in ids if results[tid] == "queued"])
         return {tid: results[tid] for tid in ids}
 
     def forget_finished(self, batch: int = 10_000, max_batches: int = 10) -> int:
         """Dedup upkeep, called by the maintenance sweep: forget finished ids older than the dedup
-        TTL whose record has left the completed history, and move ids of the 0.1 releases' dedup set
-        into ``done`` (as finished now). Bounded per call; returns how many ids were forgotten or moved."""
+        TTL whose record has left the completed history, and move the older layouts into the buckets
+        (the sorted set ``done`` with its times; the 0.1 releases' dedup set as finished now). Bounded
+        per call (``max_batches`` script calls per shard, each examining at most ``batch`` ids; a pass
+        over the buckets may span sweeps); returns how many ids were forgotten or moved."""
         batch = check_int("batch", batch, 1, MAX_BATCH)
         rounds = check_int("max_batches", max_batches, 1, 1_000_000)
         ttl = expiry_ms(self.dedup_ttl)
@@ -70,7 +86,7 @@ class OperatorOps:
                 reply = self._run("forget_finished", ttl, batch, shard=shard)
                 forgotten, moved, more = (int(x) for x in reply)
                 total += forgotten + moved
-                if not (more and (forgotten or moved)):
+                if not more:
                     break
         return total
 
@@ -84,7 +100,9 @@ class OperatorOps:
             if reply == Refusal.UNKNOWN:
                 raise_for(reply, task_id, namespace=self.namespace)
             return None
-        return str(STATE_NAMES[str(reply)])
+        left = str(STATE_NAMES[str(reply)])
+        self._traced("celery_ha.cancel", [task_id], **{"celery_ha.reason": reason, "celery_ha.left": left})
+        return left
 
     def redrive(self, task_id: str | None = None, batch: int = 1000) -> int:
         """Move one dead task (or all of them) back to the queue with attempts and stalls reset.
@@ -100,11 +118,19 @@ class OperatorOps:
                 if moved == Refusal.UNKNOWN:
                     raise_for(moved, task_id, namespace=self.namespace)
                 return 0
+            self._traced("celery_ha.redrive", [task_id])
             return int(moved)
         total = 0
+        named = tracing.enabled()  # the script names the tasks it moved: a span for each
         for shard in range(self.shard_count):
             while True:
-                moved = int(self._run("redrive", "", int(batch), shard=shard))
+                reply = self._run("redrive", "", int(batch), "1" if named else "0", shard=shard)
+                if named:
+                    ids = [i.decode() if isinstance(i, bytes) else str(i) for i in reply]
+                    self._traced("celery_ha.redrive", ids)
+                    moved = len(ids)
+                else:
+                    moved = int(reply)
                 total += moved
                 if moved < batch:
                     break

@@ -7,21 +7,26 @@
   KEYS[6]  dead (a task past max_stalls)
   KEYS[10] stats
   KEYS[11] wake (one token per requeued task)
-  Same slot: the ready lists r:<priority> it may touch are named from ARGV[1], the prefix every KEYS
-    entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
+  Same slot: the ready lists r:<priority> and a gated task's host keys (_hosts.lua) it may touch are
+    named from ARGV[1], the prefix every KEYS entry starts with (its {hash tag} included), so they
+    share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2] batch (most leases reclaimed per call)
   ARGV[3] spare_from: start (ms, Redis clock) of a stretch in which no worker could reach Redis
     (worker_registry.quiet_window); a lease that expired inside it goes back to the queue without a
     stall: the platform was down, not the task. "0" with ARGV[4] "0" = none.
   ARGV[4] spare_to: end of that stretch (ms, Redis clock)
-  Reply: {requeued, dead, more (1 if expired leases remain)}
+  ARGV[5] "1": the reply names the tasks too (tracing on: each gets a span); optional, default "0"
+  Reply: {requeued, dead, more (1 if expired leases remain)}; with ARGV[5] "1" two lists follow:
+    {requeued ids}, {dead ids}
 ]]
 --#include _common
 local now = now_ms()
 local batch = tonumber(ARGV[2])
 local ids = redis.call('ZRANGEBYSCORE', K_RUNNING, '-inf', fmt(now), 'LIMIT', '0', ARGV[2])
 local requeued, dead, spared_count = 0, 0, 0
+local named = ARGV[5] == '1'
+local requeued_ids, dead_ids = {}, {}
 local front = band_batch()
 -- The expired leases inside the spare stretch (a subset of `ids`: both lists are in expiry order).
 local spared = {}
@@ -42,17 +47,21 @@ for j = 1, #ids, 1000 do
       local id = ids[j + k - 1]
       local st, payload = decode(raws[k])
       if st.s == 'r' then
+        if st.h then host_end(st.h, now) end
         if spared[id] then
           st.w = nil
           st.ut = fmt(now)
           st.s = 'q'
-          band_add(front, st.p or '0', id)
+          band_add(front, st.p or '0', id, st.h)
           requeued = requeued + 1
           spared_count = spared_count + 1
+          if named then requeued_ids[#requeued_ids + 1] = id end
         elseif stall(id, st, now, 'lease expired', front) == 'x' then
           dead = dead + 1
+          if named then dead_ids[#dead_ids + 1] = id end
         else
           requeued = requeued + 1
+          if named then requeued_ids[#requeued_ids + 1] = id end
         end
         writes[#writes + 1] = id
         writes[#writes + 1] = encode(st, payload)
@@ -61,10 +70,11 @@ for j = 1, #ids, 1000 do
   end
   if #writes > 0 then redis.call('HSET', K_TASKS, unpack(writes)) end
 end
-band_flush(front, 'LPUSH')
+band_flush(front, 'LPUSH', now)
 incr('reclaimed', requeued + dead)
 if spared_count > 0 then incr('reclaimed_in_outage', spared_count) end
 wake(requeued)
 -- `more` only when expired leases remain (a full batch alone would cost the caller an empty call).
 local more = #ids == batch and #redis.call('ZRANGEBYSCORE', K_RUNNING, '-inf', fmt(now), 'LIMIT', '0', '1') or 0
+if named then return {requeued, dead, more, requeued_ids, dead_ids} end
 return {requeued, dead, more}

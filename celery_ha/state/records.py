@@ -59,6 +59,13 @@ class TaskInfo:
     updated_at: float | None = None
     due_at: float | None = None
     dedup: bool = False
+    #: The W3C trace context of the code that queued it (``base/tracing.py``), when it had one.
+    trace: str | None = None
+    host: str | None = None  # its host key while the host gate holds it (state/hosts.py), else None
+    #: Its refetch schedule's state (state/schedules.py): the interval in force (seconds) and the
+    #: signature of the last run's output, when it has them.
+    refetch_every: float | None = None
+    signature: str | None = None
 
     @property
     def attempt(self) -> int:
@@ -98,6 +105,10 @@ class TaskInfo:
             updated_at=None if ut is None else float(ut) / 1000.0,
             due_at=None if due is None else float(due) / 1000.0,
             dedup=bool(get("dd")),
+            trace=payload.get("t"),
+            host=get("h"),
+            refetch_every=None if get("iv") is None else int(get("iv")) / 1000.0,
+            signature=get("sg"),
         )
         return info
 
@@ -116,6 +127,9 @@ class Lease:
     expires_at: float  # seconds since the epoch, Redis clock; updated by renew()
     task: TaskInfo
     checkpoint: dict[str, Any] | None = None
+    #: The run's output verdict, handed to the completion for the refetch schedule: "" none, "="
+    #: unchanged (a 304), else the signature of its output (``ctx.signature``).
+    verdict: str = ""
 
     @property
     def url(self) -> str:

@@ -5,11 +5,15 @@
   KEYS[1]  tasks
   KEYS[2]  readyp
   KEYS[7]  completed (the id leaves the history, whose trim would otherwise delete its record)
-  KEYS[8]  done (the id is no longer a finished dedup id)
+  KEYS[8]  done (the old sorted set of finished dedup ids: the id leaves it, as it leaves the buckets)
   KEYS[10] stats
   KEYS[11] wake (one token per queued task)
-  Same slot: the ready lists r:<priority> it may touch are named from ARGV[1], the prefix every KEYS
-    entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
+  Same slot: the ready lists r:<priority>, the buckets of remembered ids (_remembered.lua: d:<3 chars>,
+    d:~; the id is no longer a finished dedup id), a gated task's host keys (_hosts.lua) and the
+    refetch index (_refetch.lua: a scheduled id leaves it; its next completion schedules it again)
+    it may touch are
+    named from ARGV[1], the prefix every KEYS entry starts with (its {hash tag} included), so they
+    share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2..] task ids
   Reply: one character per id, in order: '1' queued again, '0' not completed (queued, running,
@@ -28,18 +32,12 @@ for j = 2, #ARGV do
   elseif st.s ~= 'c' then
     reply[#reply + 1] = '0'
   else
-    redis.call('ZREM', K_COMPLETED, id)
-    redis.call('ZREM', K_DONE, id)
-    st.a, st.st, st.e, st.pe, st.w, st.due, st.qt = nil, nil, nil, nil, nil, nil, nil
-    st.s = 'q'
-    st.ut = fmt(now)
-    save(id, st, payload)
-    band_add(queued, st.p or '0', id)
+    requeue_finished(id, st, payload, queued, now)
     count = count + 1
     reply[#reply + 1] = '1'
   end
 end
-band_flush(queued, 'RPUSH')
+band_flush(queued, 'RPUSH', now)
 incr('recrawled', count)
 wake(count)
 return table.concat(reply)

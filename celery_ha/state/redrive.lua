@@ -5,14 +5,17 @@
   KEYS[6]  dead
   KEYS[10] stats
   KEYS[11] wake
-  Same slot: the ready lists r:<priority> it may touch are named from ARGV[1], the prefix every KEYS
-    entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
+  Same slot: the ready lists r:<priority> and a gated task's host keys (_hosts.lua) it may touch are
+    named from ARGV[1], the prefix every KEYS entry starts with (its {hash tag} included), so they
+    share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2] task id, or '' for the oldest dead tasks
   ARGV[3] batch (most tasks moved without an id)
+  ARGV[4] "1": without an id, the reply is the list of the ids moved (tracing on: each gets a span);
+    optional, default "0"
   Reply: with an id: 1 moved; or a refusal: R_UNKNOWN (no record; a stray id is dropped from
     `dead`), or the code of the task's state when it is not dead (R_WAITING, R_RUNNING, R_DELAYED,
-    R_COMPLETED; nothing written). Without an id: how many moved
+    R_COMPLETED; nothing written). Without an id: how many moved (or which, with ARGV[4] "1")
 ]]
 --#include _common
 -- Take `id` out of `dead` and, if its record is dead, queue it again: 1, or 0 when the record is in
@@ -24,6 +27,7 @@ local function revive(id)
   if st.s ~= 'x' then return 0 end
   st.a = nil
   st.st = nil
+  st.f = nil
   st.pe = st.e
   st.e = nil
   st.ut = fmt(now_ms())
@@ -41,8 +45,17 @@ if ARGV[2] ~= '' then
   moved = revive(ARGV[2])
   if moved == R_UNKNOWN then return moved end
 else
+  local named = ARGV[4] == '1' and {} or nil
   for _, id in ipairs(redis.call('ZRANGE', K_DEAD, 0, tonumber(ARGV[3]) - 1)) do
-    if revive(id) == 1 then moved = moved + 1 end
+    if revive(id) == 1 then
+      moved = moved + 1
+      if named then named[#named + 1] = id end
+    end
+  end
+  if named then
+    incr('redriven', moved)
+    wake(moved)
+    return named
   end
 end
 incr('redriven', moved)

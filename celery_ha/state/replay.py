@@ -57,7 +57,7 @@ def replay_rows(tasks: Iterable[tuple[str, str | Mapping[str, Any]]], queue: Tas
             raise InvalidInput(f"each task must be an (id, spec) pair, got {type(pair).__name__}")
         ids.append(check_text("task id", pair[0], MAX_NAME_CHARS))
         specs.append(pair[1])
-    rows = queue._rows(specs, None, 0, True)
+    rows = queue._rows(specs, None, 0, True, queue.hosts.mode())  # host keys under the mode in force
     for row, task_id in zip(rows, ids, strict=True):
         row[0] = task_id
     return rows

@@ -5,7 +5,8 @@ instant leaves each task in exactly one state structure. Leases carry a fencing 
 every claim: a holder whose lease was reclaimed can no longer renew, checkpoint, commit, complete or
 fail. All times come from the Redis server clock. A refused transition answers a refusal code, which
 :mod:`celery_ha.state.replies` turns into None, 0 or an error; ids are made in
-:mod:`celery_ha.state.ids` and enqueue arguments packed in :mod:`celery_ha.state.enqueue_args`.
+:mod:`celery_ha.state.ids`, enqueueing is :mod:`celery_ha.state.enqueue_ops` (its arguments packed in
+:mod:`celery_ha.state.enqueue_args`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from typing import Any
 
 import redis
 
-from celery_ha.base.errors import InvalidInput
+from celery_ha.base import tracing
 from celery_ha.base.settings import Settings
+from celery_ha.base.urls import UrlRules
 from celery_ha.base.validation import (
     MAX_CHECKPOINT_BYTES,
     MAX_ERROR_CHARS,
@@ -34,22 +36,27 @@ from celery_ha.base.validation import (
     clean_message,
     dumps_capped,
     parse_duration,
-    shown,
 )
 from celery_ha.redisio.client import redis_client
 from celery_ha.redisio.cluster import is_cluster_client
 from celery_ha.redisio.replicas import replica_wait
 from celery_ha.redisio.scripts import ScriptSet
-from celery_ha.state.completion import MAX_TOKEN, CompletionOps, item_args, lease_ids
-from celery_ha.state.enqueue_args import MAX_BATCH, Row, RowDefaults, build_rows, grouped
-from celery_ha.state.ids import random_id
+from celery_ha.state.completion import MAX_TOKEN, CompletionOps, item_args, lease_ids, verdict_of
+from celery_ha.state.enqueue_args import (
+    MAX_BATCH,
+    SCRIPT_BATCH,
+)
+from celery_ha.state.enqueue_ops import EnqueueOps
+from celery_ha.state.hosts import UNSET, HostGate
 from celery_ha.state.keys import QueueKeys
-from celery_ha.state.operator_ops import OperatorOps, expiry_ms
+from celery_ha.state.operator_ops import OperatorOps
 from celery_ha.state.queue_reads import QueueReads, _task_id
 from celery_ha.state.records import Dispatched, Lease
 from celery_ha.state.replies import lease_from, raise_for, refused
-from celery_ha.state.sharded import by_shard, dispatch_shards, rotation
+from celery_ha.state.schedules import ScheduleOps
+from celery_ha.state.sharded import dispatch_shards, rotation
 from celery_ha.state.shards import MAX_SHARDS, shard_keys
+from celery_ha.state.url_rules import checked_rules, settings_rules
 
 _HERE = Path(__file__).parent
 _RELEASED = {"q": "queued", "x": "dead"}  # release.lua's success replies -> release()'s results
@@ -59,13 +66,17 @@ def _worker(worker: Any) -> str:
     return check_text("worker", worker, MAX_NAME_CHARS)
 
 
-class TaskQueue(QueueReads, OperatorOps, CompletionOps):
+class TaskQueue(EnqueueOps, QueueReads, OperatorOps, CompletionOps, ScheduleOps):
     """Client of one namespace of the durable task layer.
 
     Safe to share between threads (redis-py pools connections). In a forked child, build a new one.
     ``shards`` > 1 spreads the namespace over that many hash tags (``state/shards.py``); an explicit
     count is checked against the one the namespace was written with (ConfigurationError on a change
     while it holds tasks). None = 1, unchecked.
+
+    ``host_gate`` (or any of ``host_rate``, ``host_delay``, ``host_concurrency``) switches the
+    namespace's host gate on at the first call and records those defaults (``state/hosts.py``);
+    ``self.hosts`` steers the gate.
     """
 
     def __init__(
@@ -87,6 +98,11 @@ class TaskQueue(QueueReads, OperatorOps, CompletionOps):
         replica_timeout: float = Settings.replica_timeout,
         shards: int | None = None,
         dedup_ttl: float | None = None,
+        host_gate: bool = False,
+        host_rate: str | tuple[int, float] | None = None,
+        host_delay: float = 0.0,
+        host_concurrency: int = 0,
+        url_rules: UrlRules | None = None,
     ) -> None:
         self.client = client
         self.namespace = check_namespace(namespace)
@@ -114,11 +130,36 @@ class TaskQueue(QueueReads, OperatorOps, CompletionOps):
                             k.done, k.checkpoints, k.stats, k.wake, k.hist] for k in self._shards]
         self._keys = self._key_lists[0]
         self._layout_checked = shards is None  # an explicit count is checked at the first call
+        # The host defaults this process brings (validated now, written at the first call); only the
+        # ones it sets, so a default an operator stored is not reset by a process that has none.
+        self._host_defaults = self.hosts._limits(
+            "", UNSET if host_rate is None else host_rate, UNSET if not host_delay else host_delay,
+            UNSET if not host_concurrency else host_concurrency, UNSET)
+        self.host_gate = bool(host_gate or self._host_defaults)
+        self._gate_pending = self.host_gate
+        # The namespace's host key mode as last read (HostGate.mode; None = not read yet) and when
+        # (monotonic): enqueue uses it however old (enqueue.lua refuses keys made under a mode that
+        # is no longer in force), other readers re-read it after a few seconds.
+        self._key_mode: str | None = None
+        self._key_mode_at = 0.0
+        # How dedup ids canonicalise URLs: checked against the namespace's at the first dedup enqueue.
+        self.url_rules, self._rules_checked = checked_rules(url_rules), False
+
+    @property
+    def hosts(self) -> HostGate:
+        """The namespace's host gate (limits, blocks, listings; ``state/hosts.py``). Made on each use
+        rather than kept: a gate held by the queue that it holds would be a reference cycle, so a
+        dropped queue would keep its Redis connections until the cyclic collector ran."""
+        return HostGate(self)
 
     @classmethod
     def from_url(cls, url: str, namespace: str = "default", **options: Any) -> TaskQueue:
         options.setdefault("shards", Settings.one("shards"))
         options.setdefault("dedup_ttl", Settings.one("dedup_ttl"))
+        for name in ("host_rate", "host_delay", "host_concurrency"):
+            options.setdefault(name, Settings.one(name))
+        options.setdefault("host_gate", Settings.one("hosts"))
+        options.setdefault("url_rules", settings_rules())
         return cls(redis_client(url), namespace, **options)
 
     @classmethod
@@ -128,81 +169,24 @@ class TaskQueue(QueueReads, OperatorOps, CompletionOps):
                    max_attempts=settings.max_attempts, max_stalls=settings.max_stalls,
                    default_task=settings.default_task, min_replicas=settings.min_replicas,
                    replica_timeout=settings.replica_timeout, shards=settings.shards,
-                   dedup_ttl=settings.dedup_ttl)
+                   dedup_ttl=settings.dedup_ttl, host_gate=settings.hosts, host_rate=settings.host_rate,
+                   host_delay=settings.host_delay, host_concurrency=settings.host_concurrency,
+                   url_rules=settings.url_rules)
 
     def _run(self, script: str, *args: Any, keys: list[str] | None = None, shard: int = 0) -> Any:
         """One script call (one round trip) on a shard's KEYS layout; ARGV[1] is its key prefix."""
         self._ensure_layout()
+        if self._gate_pending:
+            self._gate_pending = False
+            for each in range(self.shard_count):
+                self._scripts.host_limits(keys=self._key_lists[each],
+                                          args=[self._shards[each].prefix, "", *self._host_defaults])
         return getattr(self._scripts, script)(keys=keys or self._key_lists[shard],
                                               args=[self._shards[shard].prefix, *args])
 
     def _rotation(self) -> list[int]:
         self._turn += 1
         return rotation(self.shard_count, self._turn)
-
-    # ------------------------------------------------------------------ enqueue
-    def enqueue(self, url: str, task: str | None = None, priority: int = 0,
-                meta: Mapping[str, Any] | None = None, dedup: bool = True,
-                max_attempts: int | None = None, max_stalls: int | None = None,
-                recrawl_after: float | str | None = None) -> str:
-        """Queue one task and return its id; a duplicate (same task + canonical URL, live or finished
-        less than ``recrawl_after`` ago, default the queue's ``dedup_ttl``) returns the existing id and
-        counts in ``stats()['duplicates']``."""
-        return self.enqueue_many([{"url": url, "task": task, "priority": priority, "meta": meta,
-                                   "dedup": dedup, "max_attempts": max_attempts,
-                                   "max_stalls": max_stalls}], recrawl_after=recrawl_after)[0]
-
-    def enqueue_many(self, specs: Iterable[str | Mapping[str, Any]], *, task: str | None = None,
-                     priority: int = 0, dedup: bool = True, batch_size: int = 1000,
-                     recrawl_after: float | str | None = None) -> list[str]:
-        """Queue many tasks, one round trip per batch. Each spec is a URL or a dict with the keyword
-        arguments of :meth:`enqueue` (but ``recrawl_after``, which is the call's). Every spec is
-        validated before anything is written."""
-        return [tid for tid, _ in self.enqueue_many_with_status(
-            specs, task=task, priority=priority, dedup=dedup, batch_size=batch_size,
-            recrawl_after=recrawl_after)]
-
-    def task_ids(self, specs: Iterable[str | Mapping[str, Any]], *, task: str | None = None,
-                 priority: int = 0, dedup: bool = True) -> list[str]:
-        """Validate specs exactly as :meth:`enqueue_many` does and return the ids they would get
-        (random ones for ``dedup=False``), writing nothing: InvalidInput for a bad spec."""
-        return [row[0] for row in self._rows(specs, task, priority, dedup)]
-
-    def _rows(self, specs: Iterable[str | Mapping[str, Any]], task: str | None, priority: int,
-              dedup: bool) -> list[Row]:
-        return build_rows(specs, RowDefaults(
-            task or self.default_task, priority, dedup, self.max_attempts, self.max_stalls, self.meta_cap))
-
-    def enqueue_many_with_status(self, specs: Iterable[str | Mapping[str, Any]], *,
-                                 task: str | None = None, priority: int = 0, dedup: bool = True,
-                                 batch_size: int = 1000, recrawl_after: float | str | None = None
-                                 ) -> list[tuple[str, bool]]:
-        """Like :meth:`enqueue_many`, with each id paired with True when this call created the task
-        (or started a new run of one finished ``recrawl_after`` ago) and False when it was a duplicate
-        (decided atomically by the server, not by a pre-check)."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-            raise InvalidInput(f"batch_size must be an integer, got {shown(batch_size)}")
-        batch_size = max(1, min(batch_size, MAX_BATCH))
-        window = expiry_ms(self.dedup_ttl if recrawl_after is None else recrawl_after, "recrawl_after")
-        rows = self._rows(specs, task, priority, dedup)
-        created: dict[int, bool] = {}
-        for start in range(0, len(rows), batch_size):
-            pending = list(range(start, min(start + batch_size, len(rows))))
-            while pending:  # one round trip per shard the batch touches
-                again: list[int] = []
-                for shard, at in by_shard([rows[i][0] for i in pending], self.shard_count).items():
-                    part = [pending[a] for a in at]
-                    codes = self._run("enqueue", window, *grouped([rows[i] for i in part]), shard=shard)
-                    if isinstance(codes, bytes):
-                        codes = codes.decode()
-                    # One char per task: '1' new, '0' duplicate, '-' a random id met an existing one
-                    # (astronomically rare): retried with a new id.
-                    created.update((i, code == "1") for i, code in zip(part, codes, strict=True))
-                    again += [i for i, code in zip(part, codes, strict=True) if code == "-"]
-                pending = again
-                for i in pending:
-                    rows[i][0] = random_id()
-        return [(row[0], created[i]) for i, row in enumerate(rows)]
 
     # ------------------------------------------------------------------ leases
     def _ttl_ms(self, ttl: float | None) -> int:
@@ -285,7 +269,7 @@ class TaskQueue(QueueReads, OperatorOps, CompletionOps):
         """Mark the task completed (clears its checkpoint); LeaseLost if the lease is not current."""
         task_id, token = lease_ids(lease)
         reply = self._run("complete", task_id, token, self.history_max, int(self.history_age * 1000),
-                          shard=self._of(task_id))
+                          verdict_of(lease), shard=self._of(task_id))
         if refused(reply):
             raise_for(reply, task_id, token)
 
@@ -297,7 +281,7 @@ class TaskQueue(QueueReads, OperatorOps, CompletionOps):
         task_id, token = lease_ids(lease)
         worker = _worker(lease.worker if worker is None else worker)
         reply = self._run("complete_next", task_id, token, self.history_max, int(self.history_age * 1000),
-                          worker, self._ttl_ms(ttl), 100, shard=self._of(task_id))
+                          worker, self._ttl_ms(ttl), 100, verdict_of(lease), shard=self._of(task_id))
         if refused(reply):
             raise_for(reply, task_id, token)
         if len(reply) > 1:
@@ -316,24 +300,26 @@ class TaskQueue(QueueReads, OperatorOps, CompletionOps):
         return str(reply[0])
 
     def release(self, task_id: str, *, token: int | None = None, worker: str | None = None,
-                count_stall: bool = True, reason: str = "worker lost") -> str | None:
+                count_stall: bool = True, reason: str = "worker lost", own_fault: bool = False) -> str | None:
         """Give a running task back now instead of waiting for lease expiry.
 
         ``count_stall`` for a holder that died (fast failover; poison pills still end up dead);
-        False for a graceful hand-back at shutdown. Returns 'queued', 'dead' or None (not running
-        under that token/worker).
+        False for a graceful hand-back at shutdown. ``own_fault``: celery-ha's own code failed
+        around the task (not the task's fault): no stall for the first four, the fifth counts
+        one (``release.lua``), so a bug that fails every run still ends in dead with its
+        reason. Returns 'queued', 'dead' or None (not running under that token/worker).
         """
         task_id = _task_id(task_id)
         if token is not None:
             check_int("token", token, 1, MAX_TOKEN)
         if worker is not None:
             _worker(worker)
-        reply = self._run("release", task_id, "" if token is None else token, worker or "",
-                          "1" if count_stall else "0", clean_message(reason, MAX_ERROR_CHARS),
-                          shard=self._of(task_id))
+        counted = "f" if own_fault else "1" if count_stall else "0"
+        reply = self._run("release", task_id, "" if token is None else token, worker or "", counted,
+                          clean_message(reason, MAX_ERROR_CHARS), shard=self._of(task_id))
         return None if refused(reply) else _RELEASED.get(reply)
 
-    def reclaim_expired(self, batch: int = 1000, max_batches: int = 100,
+    def reclaim_expired(self, batch: int = SCRIPT_BATCH, max_batches: int = 400,
                         spare: tuple[int, int] | None = None) -> int:
         """Return tasks whose lease expired to the queue (or to dead past ``max_stalls``).
 
@@ -347,10 +333,17 @@ class TaskQueue(QueueReads, OperatorOps, CompletionOps):
             check_int("spare start", spare[0], 0, 2**53), check_int("spare end", spare[1], 0, 2**53))
         total = 0
         rounds = check_int("max_batches", max_batches, 1, 1_000_000)
+        named = tracing.enabled()  # the script names the tasks it took back: a span for each
         for shard in range(self.shard_count):
             for _ in range(rounds):
-                requeued, dead, more = self._run("reclaim", batch, spare_from, spare_to, shard=shard)
+                reply = self._run("reclaim", batch, spare_from, spare_to, "1" if named else "0", shard=shard)
+                requeued, dead, more = reply[:3]
                 total += int(requeued) + int(dead)
+                if named:
+                    for outcome, ids in (("queued", reply[3]), ("dead", reply[4])):
+                        self._traced("celery_ha.reclaim", [i.decode() if isinstance(i, bytes) else str(i)
+                                                           for i in ids],
+                                     **{"celery_ha.reason": "lease expired", "celery_ha.outcome": outcome})
                 if not int(more):
                     break
         return total

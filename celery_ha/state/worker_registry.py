@@ -90,6 +90,20 @@ def register_task_names(client: redis.Redis, namespace: str, node: str, names: l
     client.hset(QueueKeys(namespace).task_names, node, json.dumps(sorted(names)))
 
 
+def register_node_info(client: redis.Redis, namespace: str, node: str, info: dict[str, str]) -> None:
+    """Record a worker node's start-up report (which patches are on, how refills are published), so
+    ``celery-ha workers`` shows it beside the node's processes."""
+    client.hset(QueueKeys(namespace).node_info, node, json.dumps({k: v[:2000] for k, v in info.items()}))
+
+
+def node_infos(client: redis.Redis, namespace: str, nodes: list[str]) -> dict[str, dict[str, str]]:
+    """The start-up reports of ``nodes`` (those that wrote one)."""
+    if not nodes:
+        return {}
+    raws = client.hmget(QueueKeys(namespace).node_info, nodes)
+    return {node: json.loads(raw) for node, raw in zip(nodes, raws, strict=True) if raw}
+
+
 def known_task_names(client: redis.Redis, namespace: str, max_age: float) -> set[str] | None:
     """The task names the live workers of ``namespace`` registered, or None when no live worker did
     (enqueueing ahead of a deployment is fine). A node counts as live while one of its pool processes
@@ -126,7 +140,8 @@ def list_workers(client: redis.Redis, namespace: str = "default", max_age: float
 
     ``max_age`` defaults to the lease TTL: a process that has not beaten for that long has lost
     its leases anyway. Each entry: ``name`` (``node:pid``), ``node``, ``pid``, ``last_seen``
-    (epoch seconds, Redis clock), ``age`` (seconds) and ``tasks``.
+    (epoch seconds, Redis clock), ``age`` (seconds), ``tasks``, and the node's start-up report:
+    ``patches`` and ``dispatch`` (None when its worker wrote none).
     """
     if max_age is None:
         from celery_ha.base.settings import Settings
@@ -139,9 +154,11 @@ def list_workers(client: redis.Redis, namespace: str = "default", max_age: float
     members = client.zrangebyscore(QueueKeys(namespace).workers, now - int(max_age * 1000), "+inf",
                                    withscores=True)
     held = running_by_worker(client, namespace)
+    reports = node_infos(client, namespace, sorted({split_worker(name)[0] for name, _ in members}))
     out = []
     for name, score in members:
         node, pid = split_worker(name)
+        report = reports.get(node, {})
         out.append({
             "name": name,
             "node": node,
@@ -149,6 +166,8 @@ def list_workers(client: redis.Redis, namespace: str = "default", max_age: float
             "last_seen": score / 1000.0,
             "age": max(0.0, (now - score) / 1000.0),
             "tasks": sorted(held.get(name, [])),
+            "patches": report.get("patches"),
+            "dispatch": report.get("dispatch"),
         })
     out.sort(key=lambda w: (w["node"], w["name"]))
     return out

@@ -1,7 +1,7 @@
 """A task running when its worker loses the broker: Celery terminates it (acks-late, its message comes
 back), celery-ha hands it back without counting an attempt, the worker reconnects to the restarted
 broker and runs it again; its output is stored once and the worker process keeps running (no kombu
-error on the old channel ends it, see ``integration/kombu_fixes.py``)."""
+error on the old channel ends it, see ``integration/patches/kombu_fixes.py``)."""
 
 from __future__ import annotations
 

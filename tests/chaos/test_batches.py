@@ -53,8 +53,10 @@ def test_a_graceful_stop_hands_the_rest_of_the_batch_on(make_cluster, site) -> N
     ids = cluster.q.enqueue_many([site.case_url(n) for n in range(6)])
     cluster.pump()  # one message of six ids, taken by w1's only pool process
     wait_for(lambda: cluster.q.stats()["completed"] >= 1, timeout=30, message="the first page")
+    # Warm shutdown at once (five pages still ahead of w1): w1 stops after its grace period. w2 starts
+    # after the signal, since a worker's start can take longer than the rest of the batch.
+    os.killpg(w1.pid, signal.SIGTERM)
     cluster.worker("w2", concurrency=1)
-    os.killpg(w1.pid, signal.SIGTERM)  # warm shutdown: w1 stops after its grace period
     wait_for(lambda: cluster.all_completed(ids), timeout=40, message="every page, w2 doing the rest")
     infos = cluster.q.get_many(ids)
     assert not [(i.id, i.attempts, i.stalls) for i in infos if i.attempts or i.stalls]

@@ -32,15 +32,23 @@ def test_a_crawl_on_a_cluster_survives_a_killed_child_exactly_once(
     cluster.worker("w1", concurrency=2)
     cluster.worker("w2", concurrency=2)
     cluster.beat()  # its sweep (locks, reclaim, pump) runs on the cluster too
-    tid = cluster.q.enqueue(site.list_url(), task="crawl_list", priority=5)
+    cluster.q.enqueue(site.list_url(), task="crawl_list", priority=5)
     cluster.pump()
     wait_for(lambda: cluster.q.stats()["completed"] >= 10, timeout=60, message="ten pages done")
-    running = [w for w in cluster.q.get_many([tid]) if w is not None and w.state == "running"]
-    victim = running[0].worker if running else None
-    if victim is None:  # the list is done already: kill a child holding a detail page
-        victim = wait_for(lambda: next((t.worker for t in _running(cluster)), None), timeout=20,
-                          message="a running detail page")
-    os.kill(int(victim.rsplit(":", 1)[1]), signal.SIGKILL)
+    # The victim is paused (SIGSTOP) first and killed only once it is seen still holding a running task:
+    # a child read as running may have finished its page before a kill reached it (nothing would go back).
+    victim = None
+    while victim is None:
+        held = wait_for(lambda: next((t for t in _running(cluster)), None), timeout=30,
+                        message="a running task")
+        pid = int(held.worker.rsplit(":", 1)[1])
+        os.kill(pid, signal.SIGSTOP)
+        now = cluster.q.get(held.id)
+        if now is not None and now.state == "running" and now.worker == held.worker:
+            victim = pid
+        else:
+            os.kill(pid, signal.SIGCONT)  # it finished first: let it go on, pick again
+    os.kill(victim, signal.SIGKILL)
     wait_for(lambda: cluster.q.stats()["completed"] == 101, timeout=90, message="every page")
 
     keys = [k for k, _ in iter_items(cluster.r, cluster.namespace, with_keys=True)]

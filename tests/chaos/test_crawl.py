@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from celery_ha.base.settings import Settings
-from celery_ha.integration.broker import broker_backlog, broker_lists
+from celery_ha.integration.dispatch.broker import broker_backlog, broker_lists
 from celery_ha.state.sink import count_items, iter_items
 from tests.support.celery_helpers import wait_for
 

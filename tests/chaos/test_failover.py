@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from celery_ha.integration.broker import broker_backlog
+from celery_ha.integration.dispatch.broker import broker_backlog
 from celery_ha.state.sink import count_items, iter_items
 from tests.support.celery_helpers import wait_for
 

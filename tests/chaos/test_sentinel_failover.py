@@ -94,7 +94,7 @@ def test_crawl_drains_exactly_once_across_a_master_kill(make_cluster, site, sent
     dead = {info.url for info in cluster.q.dead(limit=1000)}
     assert dead == {site.case_url(n) for n in GONE}
     # No process died: kombu's Redis transport used to raise AttributeError on a channel of the
-    # connection the consumer had just closed, which ended the worker (integration/kombu_fixes.py).
+    # connection the consumer had just closed, which ended the worker (integration/patches/kombu_fixes.py).
     died = [proc for proc in [*workers, beat] if proc.poll() is not None]
     assert not died, f"processes died and needed a restart\n{_diagnosis(cluster, ids, [*workers, beat])}"
     print(f"failover ({min_replicas=}): promoted {promoted_at - killed_at:.1f}s after the kill, first "

@@ -15,9 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from celery_ha.base.settings import Settings
-from celery_ha.integration.context import DurableContext
-from celery_ha.integration.services import Services
-from celery_ha.integration.task_spec import DurableTask
+from celery_ha.integration.core.services import Services
+from celery_ha.integration.core.task_spec import DurableTask
+from celery_ha.integration.running.context import DurableContext
 from celery_ha.redisio.client import redis_client
 from celery_ha.state import TaskQueue
 from tests.fuzz.hostile import (

@@ -12,8 +12,8 @@ import redis
 from celery import Celery
 
 from celery_ha.base.settings import Settings
-from celery_ha.integration.broker import message_task_ids, waiting_ids
-from celery_ha.integration.pump import send
+from celery_ha.integration.dispatch.broker import message_task_ids, waiting_ids
+from celery_ha.integration.dispatch.pump import send
 from celery_ha.state import Dispatched
 
 

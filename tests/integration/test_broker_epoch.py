@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import redis
 
 from celery_ha.base.settings import Settings
-from celery_ha.integration.broker_epoch import broker_lost_messages, marker_key
-from celery_ha.integration.services import Services
+from celery_ha.integration.core.services import Services
+from celery_ha.integration.upkeep.broker_epoch import broker_lost_messages, marker_key
 from celery_ha.redisio.client import redis_client
 from celery_ha.state import TaskQueue
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import requests
 
-from celery_ha.integration.celery_outcome import DurableRetry, DurableTaskDead, report
-from celery_ha.integration.runner import Outcome
+from celery_ha.integration.running.celery_outcome import DurableRetry, DurableTaskDead, report
+from celery_ha.integration.running.runner import Outcome
 from celery_ha.runtime.redis_process import free_port
 from tests.support.celery_fixtures import make_cluster, site
 from tests.support.celery_helpers import wait_for

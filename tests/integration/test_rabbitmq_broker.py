@@ -16,7 +16,7 @@ import kombu
 import pytest
 
 from celery_ha.base.masking import mask_url
-from celery_ha.integration.queues import MAINTENANCE, broker_queue
+from celery_ha.integration.core.queues import MAINTENANCE, broker_queue
 from celery_ha.state.sink import count_items, iter_items
 from tests.support.celery_fixtures import make_cluster, site  # noqa: F401  (fixtures)
 from tests.support.celery_helpers import wait_for

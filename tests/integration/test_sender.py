@@ -14,12 +14,13 @@ import pytest
 
 from celery_ha import LeaseLost
 from celery_ha.base.settings import Settings
-from celery_ha.integration import sender as snd
-from celery_ha.integration import services as svc
-from celery_ha.integration.context import DurableContext
-from celery_ha.integration.runner import run_message
-from celery_ha.integration.services import Services
-from celery_ha.integration.task_spec import DurableTask
+from celery_ha.integration.core import services as svc
+from celery_ha.integration.core.services import Services
+from celery_ha.integration.core.task_spec import DurableTask
+from celery_ha.integration.dispatch import sender as snd
+from celery_ha.integration.running import lease_keeper
+from celery_ha.integration.running.context import DurableContext
+from celery_ha.integration.running.runner import run_message
 from celery_ha.redisio.client import redis_client
 from celery_ha.state import Dispatched, TaskQueue
 from tests.support.fake_queues import fake_amqp
@@ -76,6 +77,10 @@ def rt(redis_url: str) -> Iterator[Services]:
         sender.task_cpu = 0.0  # each test starts with a process whose tasks used no CPU
     yield runtime
     assert snd.flush_sends(10)
+    # The runner started this process's lease keeper for these services: stopped here, else its
+    # heartbeat goes on writing this namespace's keys into the (flushed) server of later tests.
+    lease_keeper.stop_keeper()
+    lease_keeper._keeper.reset()
     svc.reset_services()
 
 
@@ -114,7 +119,7 @@ def test_the_producer_goes_back_to_the_pool_when_idle_and_after_a_failure(
 def test_a_failed_publish_is_logged_and_the_thread_goes_on(rt: Services,
                                                            caplog: pytest.LogCaptureFixture) -> None:
     app = Recorder(fail_first=1)
-    with caplog.at_level(logging.WARNING, logger="celery_ha.integration.sender"):
+    with caplog.at_level(logging.WARNING, logger="celery_ha.integration.dispatch.sender"):
         snd.send_soon(app, rt, _batch("lost"))
         snd.send_soon(app, rt, _batch("next"))
         assert snd.flush_sends(10)
@@ -139,7 +144,7 @@ def test_a_full_sender_queue_leaves_the_batch_to_redispatch(rt: Services, monkey
     snd.send_soon(app, rt, _batch("first"))  # taken by the thread, blocked in the publish
     assert not snd.flush_sends(0.2)
     snd.send_soon(app, rt, _batch("queued"))
-    with caplog.at_level(logging.WARNING, logger="celery_ha.integration.sender"):
+    with caplog.at_level(logging.WARNING, logger="celery_ha.integration.dispatch.sender"):
         snd.send_soon(app, rt, _batch("dropped"))
     assert "sender queue full" in caplog.text
     app.gate.set()

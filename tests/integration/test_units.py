@@ -24,25 +24,23 @@ from celery_ha.demo import DemoSite
 from celery_ha.demo.proxy_farm import ProxyFarm
 from celery_ha.fetch import process_fetcher as pf
 from celery_ha.fetch.errors import FetchError, PermanentFetchError
-from celery_ha.integration import lease_keeper as lk
-from celery_ha.integration import services as svc
-from celery_ha.integration.broker import broker_lists
-from celery_ha.integration.context import DurableContext
-from celery_ha.integration.maintenance import dead_letter_summary, proxy_health, sweep
-from celery_ha.integration.pump import celery_priority
-from celery_ha.integration.runner import run_message
-from celery_ha.integration.sender import flush_sends
-from celery_ha.integration.services import Services as Runtime
-from celery_ha.integration.task_errors import is_permanent
-from celery_ha.integration.task_spec import DurableTask
+from celery_ha.integration.core import services as svc
+from celery_ha.integration.core.services import Services as Runtime
+from celery_ha.integration.core.task_errors import is_permanent
+from celery_ha.integration.core.task_spec import DurableTask
+from celery_ha.integration.dispatch.broker import broker_lists
+from celery_ha.integration.dispatch.pump import celery_priority
+from celery_ha.integration.dispatch.sender import flush_sends
+from celery_ha.integration.running import lease_keeper as lk
+from celery_ha.integration.running.context import DurableContext
+from celery_ha.integration.running.runner import run_message
+from celery_ha.integration.upkeep.maintenance import dead_letter_summary, proxy_health, sweep
 from celery_ha.proxy import ProxyPool
 from celery_ha.redisio.client import redis_client
 from celery_ha.redisio.lock import short_lock
 from celery_ha.state import TaskQueue
 from celery_ha.state.sink import count_items, iter_items
 from celery_ha.state.worker_registry import heartbeat, list_workers
-from tasks.crawl import page_url
-from tasks.fetch import parse_page
 from tests.support.fake_queues import fake_amqp
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,9 +76,7 @@ def rt(redis_url: str) -> Iterator[Runtime]:
     svc.set_node("unit@host")
     pf._choice.reset()
     yield runtime
-    keeper = lk._keeper.peek()
-    if keeper is not None:
-        keeper.stop()
+    lk.stop_keeper()  # and the watchdog the runner started beside it
     lk._keeper.reset()
     svc.reset_services()
     pf._choice.reset()
@@ -160,7 +156,7 @@ def test_keeper_is_silent_about_a_task_that_finished_during_its_renewal(
         return renew(held)
 
     monkeypatch.setattr(q, "renew", task_finishes_first)
-    with caplog.at_level(logging.WARNING, logger="celery_ha.integration.lease_keeper"):
+    with caplog.at_level(logging.WARNING, logger="celery_ha.integration.running.lease_keeper"):
         keeper.renew_all()
     assert q.get(tid).state == "completed" and not ctx.lost and keeper.held() == []
     assert "lost" not in caplog.text
@@ -256,7 +252,8 @@ def test_maintenance_lock_makes_concurrent_sweeps_harmless(rt: Runtime) -> None:
         assert sweep(app, rt) is None  # another "beat" holds the lock
     rt.queue.enqueue("http://example.test/s", task="unit_task")
     result = sweep(app, rt)
-    assert result == {"reclaimed": 0, "sent": 1, "source": "beat", "broker_lost": False, "forgotten": 0}
+    assert result == {"reclaimed": 0, "sent": 1, "source": "beat", "broker_lost": False, "forgotten": 0,
+                      "refetched": 0}
     assert rt.client.hget(rt.queue.keys.meta, "last_sweep")
     assert not rt.client.exists(key)
 
@@ -264,8 +261,8 @@ def test_maintenance_lock_makes_concurrent_sweeps_harmless(rt: Runtime) -> None:
 def test_beat_messages_carry_no_expiry_and_a_stale_beat_sweep_skips_itself(rt: Runtime) -> None:
     """No Celery `expires` (it would depend on beat's and the worker's clocks): a beat sweep that
     arrives right after another one (Redis clock) skips; the watchdog's and the first one run."""
-    code = ("import celeryconfig, json; "
-            "print(json.dumps([e['options'] for e in celeryconfig.beat_schedule.values()]))")
+    code = ("import celery_ha, json; "
+            "print(json.dumps([e['options'] for e in celery_ha.app.conf.beat_schedule.values()]))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
                          env=_celery_env())
     assert out.returncode == 0, out.stderr
@@ -310,12 +307,6 @@ def test_fetch_goes_through_the_pool_once_it_has_proxies(rt: Runtime, site: Demo
         assert ips and ips <= {"127.0.0.31", "127.0.0.32", "127.0.0.33"}  # never direct
     finally:
         farm.stop()
-
-
-def test_parse_page_and_page_url(site: DemoSite) -> None:
-    page = parse_page(requests.get(site.case_url(12), timeout=5).text)
-    assert page["title"].startswith("Case 000012") and "Judgment in case 12" in page["text"]
-    assert page_url("http://x.test/cases?sort=a&page=3", 7) == "http://x.test/cases?sort=a&page=7"
 
 
 # ---------------------------------------------------------------------- the demo site

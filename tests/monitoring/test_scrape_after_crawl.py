@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from celery_ha.demo.proxy_farm import ProxyFarm
-from celery_ha.integration.broker import broker_backlog
+from celery_ha.integration.dispatch.broker import broker_backlog
 from celery_ha.proxy import ProxyPool
 from celery_ha.state.worker_registry import list_workers
 from tests.monitoring.webproc import samples, value, web_process

@@ -24,6 +24,7 @@ from celery_ha.redisio.lock import short_lock
 from celery_ha.redisio.scripts import SHARED_LUA, script_source
 from celery_ha.state import TaskQueue
 from celery_ha.state.replay import enqueue_if_absent
+from celery_ha.state.validators import store_validator
 from celery_ha.state.worker_registry import heartbeat
 from tests.support.redis_cluster import RedisClusterGroup
 
@@ -166,6 +167,8 @@ def _run_every_script(url: str) -> None:
     """Each transition of the task layer and each operation of the proxy pool, at least once."""
     client = redis_client(url)
     q = TaskQueue(client, "sc", lease_ttl=30, backoff_base=0, backoff_cap=0)
+    q.set_schedule(q.default_task, every=60)  # completions schedule a refetch (_refetch.lua)
+    q.set_schedule(host="example.com", every=120)
     ids = q.enqueue_many([f"https://example.com/{i}" for i in range(8)])  # enqueue
     enqueue_if_absent(q, [("fixedid00001", "https://example.com/fixed")])  # enqueue_if_absent
     sent = q.dispatch(2)  # dispatch
@@ -190,9 +193,15 @@ def _run_every_script(url: str) -> None:
     third = q.claim_next("w3")
     assert third is not None and q.release(third.task_id, worker="w3") == "queued"  # release
     q.cancel(ids[-1])  # cancel
+    q.hosts.set("example.com", concurrency=4)  # host_limits
+    q.hosts.block("example.com", 1)  # host_block
+    q.hosts.unblock("example.com")
     assert q.recrawl([nxt.task_id]) == {nxt.task_id: "queued"}  # recrawl
-    client.sadd(q.keys.legacy_seen, "oldid0000001")  # a 0.1 release's dedup set, moved by:
-    assert q.forget_finished() == 1  # forget_finished
+    store_validator(q, nxt.task_id, 'e:"v1"', unchanged=True)  # validators
+    client.sadd(q.keys.legacy_seen, "oldid0000001")  # a 0.1 release's dedup set, and the sorted set
+    client.zadd(q.keys.done, {"oldid0000002": 1})  # of the layout before the buckets, moved by:
+    assert q.forget_finished() == 2  # forget_finished
+    assert q.refetch_due() == 0  # refetch_due (nothing due for a minute)
     heartbeat(client, "sc", "node:1")  # heartbeat (EVAL)
     with short_lock(client, q.keys.lock("sweep"), 5) as got:  # unlock (EVAL)
         assert got

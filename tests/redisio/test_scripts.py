@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from celery_ha.base.errors import LeaseLost, TaskNotFound
-from celery_ha.redisio.scripts import LuaScript
+from celery_ha.redisio.scripts import LuaScript, prune_functions, script_source
 from celery_ha.state import Refusal, TaskQueue, task_id_for
 from celery_ha.state.replies import REASONS, raise_for, reason, refused
 
@@ -138,7 +138,7 @@ def test_success_replies_are_never_refusals() -> None:
 def _prelude_functions() -> dict[str, str]:
     """name -> body of every function the shared includes define."""
     out: dict[str, str] = {}
-    for include in ("_common", "_replies", "_dispatch"):
+    for include in ("_common", "_replies", "_dispatch", "_refetch", "_remembered"):
         parts = re.split(r"^local function (\w+)", (STATE_LUA / f"{include}.lua").read_text(), flags=re.M)
         out.update(zip(parts[1::2], parts[2::2], strict=True))
     return out
@@ -173,3 +173,32 @@ def test_every_state_script_opens_with_its_contract(path: Path) -> None:
     assert _keys_used(body) == documented_keys
     for code in set(re.findall(r"\bR_[A-Z_]+\b", body)):
         assert code in header, f"reply {code} not documented"
+
+
+def test_a_script_defines_only_the_functions_it_calls() -> None:
+    """The loader drops the include functions a script never reaches (each one is a closure made per
+    call): kept what the body or a kept function calls, dropped what only a comment or a dropped
+    function names."""
+    text = ("local K = KEYS[1]\n"
+            "local function helper(x)\n  return x\nend\n"
+            "local function used(x)\n  return helper(x)\nend\n"
+            "-- unused() is named here only\n"
+            "local function unused()\n  return only_from_unused()\nend\n"
+            "local function only_from_unused()\n  return 1\nend\n"
+            "return used(K)\n")
+    assert prune_functions(text) == ("local K = KEYS[1]\n"
+                                     "local function helper(x)\n  return x\nend\n"
+                                     "local function used(x)\n  return helper(x)\nend\n"
+                                     "-- unused() is named here only\n"
+                                     "return used(K)\n")
+    one_liners = ("local function key(h) return 'h:' .. h end\n"
+                  "local function gone(h) return 'x:' .. h end\n"
+                  "local function opens(x) if x then return end\n  return 1\nend\n"
+                  "return key('a') .. opens(1)\n")
+    gone = "local function gone(h) return 'x:' .. h end\n"
+    assert prune_functions(one_liners) == one_liners.replace(gone, "")
+    odd = "local function f()\nreturn 1\nend\nlocal function g()\n  return 2\nend\nreturn f()\n"
+    assert prune_functions(odd) == odd  # a body line not indented: kept whole
+    claim = script_source(str(STATE_LUA), "claim")
+    assert "local function grant(" in claim and "local function store_items(" not in claim
+    assert "local function fill_window(" in script_source(str(STATE_LUA), "complete_dispatch")

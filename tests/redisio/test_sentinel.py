@@ -19,7 +19,7 @@ from celery_ha import TaskQueue
 from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.masking import mask_url
 from celery_ha.base.settings import Settings
-from celery_ha.integration.broker import kombu_broker
+from celery_ha.integration.dispatch.broker import kombu_broker
 from celery_ha.redisio.client import redis_client
 from celery_ha.redisio.sentinel import parse_sentinel_url
 from tests.support.cli import SECRET, assert_one_line_error, run

@@ -55,7 +55,18 @@ def test_starts_on_demand_and_attaches(data_dir: Path) -> None:
     st = emb.status()
     assert st.running and st.url == url and st.pid and st.info["aof_enabled"] is True
     assert (data_dir / ".gitignore").read_text().strip().endswith("*")
-    assert resolve_redis_url(Settings.from_env()) == url  # the default every entry point uses
+    assert resolve_redis_url(Settings.from_env({"CELERY_HA_EMBEDDED": "1",  # asked for: attached
+                                                "CELERY_HA_DATA_DIR": str(data_dir)})) == url
+    assert resolve_redis_url(Settings.from_env(), attach=True) == url  # the CLI attaches to a running one
+
+
+def test_a_process_without_a_url_fails_closed(data_dir: Path) -> None:
+    """No CELERY_HA_REDIS_URL and no CELERY_HA_EMBEDDED: one line, and no Redis started."""
+    with pytest.raises(ConfigurationError, match=r"set CELERY_HA_REDIS_URL .* or CELERY_HA_EMBEDDED=1"):
+        resolve_redis_url(Settings.from_env())
+    with pytest.raises(ConfigurationError):  # attaching finds nothing running
+        resolve_redis_url(Settings.from_env(), attach=True)
+    assert not EmbeddedRedis(data_dir).status().running and not data_dir.exists()
 
 
 def test_two_processes_starting_at_once_get_one_server(data_dir: Path) -> None:
@@ -114,11 +125,26 @@ def test_locate_data_dir_finds_the_project_root(tmp_path: Path) -> None:
     assert locate_data_dir(tmp_path / "abs", cwd=sub) == tmp_path / "abs"
 
 
-def test_cli_uses_embedded_redis_by_default(data_dir: Path) -> None:
+def test_locate_data_dir_never_captures_an_unrelated_parent_folder(tmp_path: Path) -> None:
+    """A stray data dir in a shared parent (the system's temporary folder) is not another project's."""
+    (tmp_path / ".celery-ha").mkdir()
+    loose = tmp_path / "scratch" / "job"
+    loose.mkdir(parents=True)
+    assert locate_data_dir(".celery-ha", cwd=loose) == loose / ".celery-ha"  # no project: its own
+    project = tmp_path / "project"
+    (project / "sub").mkdir(parents=True)
+    (project / "manage.py").write_text("")
+    assert locate_data_dir(".celery-ha", cwd=project / "sub") == project / ".celery-ha"
+
+
+def test_cli_uses_embedded_redis_when_asked_or_running(data_dir: Path) -> None:
     env = {"CELERY_HA_DATA_DIR": str(data_dir), "CELERY_HA_REDIS_URL": None}
     status = run(["redis", "status", "--json"], env=env)
     assert status.exit_code == 0 and json.loads(status.stdout)["running"] is False
-    result = run(["enqueue", "https://example.com/"], env=env)  # starts it on demand
+    refused = run(["enqueue", "https://example.com/"], env=env)  # nothing runs, nothing asked for
+    assert refused.exit_code != 0 and "set CELERY_HA_REDIS_URL" in refused.output
+    assert len(refused.output.strip().splitlines()) == 1 and not EmbeddedRedis(data_dir).status().running
+    result = run(["enqueue", "https://example.com/"], env={**env, "CELERY_HA_EMBEDDED": "1"})  # starts it
     assert result.exit_code == 0, result.output
     data = json.loads(run(["redis", "status", "--json"], env=env).stdout)
     assert data["mode"] == "embedded" and data["running"] and data["keys"] > 0
@@ -129,7 +155,7 @@ def test_cli_uses_embedded_redis_by_default(data_dir: Path) -> None:
     started = run(["redis", "start"], env=env)
     assert started.exit_code == 0 and "running at redis://***@127.0.0.1:" in started.stdout
     assert EmbeddedRedis(data_dir).url.split("@")[0].split(":")[-1] not in started.output  # no password
-    stats = json.loads(run(["stats", "--json"], env=env).stdout)
+    stats = json.loads(run(["stats", "--json"], env=env).stdout)  # attaches to the running one
     assert stats["queued"] == 1  # survived the stop (AOF)
 
 
@@ -210,7 +236,7 @@ def test_the_url_works_for_a_second_process_and_survives_a_restart(data_dir: Pat
     code = ("import redis; from celery_ha.runtime.resolve import resolve_redis_url; u = resolve_redis_url(); "
             "c = redis.Redis.from_url(u); print(c.get('from-first').decode(), u)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "CELERY_HA_DATA_DIR": str(data_dir)})
+                         env={**os.environ, "CELERY_HA_DATA_DIR": str(data_dir), "CELERY_HA_EMBEDDED": "1"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1", url]
     emb.stop()

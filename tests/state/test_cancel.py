@@ -7,6 +7,7 @@ import redis
 
 from celery_ha.base.errors import LeaseLost, TaskNotFound
 from celery_ha.state import TaskQueue
+from celery_ha.state.listing import list_tasks
 from celery_ha.state.replies import Refusal
 from tests.support.invariants import check_invariants
 
@@ -50,3 +51,43 @@ def test_cancel_of_a_finished_or_unknown_task(q: TaskQueue) -> None:
     assert q.cancel(tid) is None and q.get(tid).state == "completed"
     with pytest.raises(TaskNotFound):
         q.cancel("nosuchtask00")
+
+
+def test_a_task_taken_out_of_its_band_leaves_a_stale_entry_pops_skip(q: TaskQueue, r: redis.Redis) -> None:
+    """A direct claim or a cancel of a queued task leaves its id in the band (no LREM over the band):
+    counted in 'rstale', skipped by pops, the queued count exact; a task queued again while its stale
+    entry is still there is handed out once."""
+    ids = q.enqueue_many([f"http://example.com/s{n}" for n in range(6)])
+    band = q.keys.ready_list(0)
+    claimed = q.claim(ids[3], "w:1")
+    assert claimed is not None
+    assert q.cancel(ids[1], "wrong seed") == "queued"
+    assert r.llen(band) == 6 and r.hget(q.keys.stats, "rstale") == "2"
+    assert q.stats()["queued"] == 4 and q.ready_ids() == [ids[0], ids[2], ids[4], ids[5]]
+    assert [t.id for t in list_tasks(q, "queued")] == q.ready_ids()  # `celery-ha tasks`: live ids only
+    check_invariants(r, q)
+    # Queued again (at the front, as a released task is) while its stale entry is still in the band.
+    assert q.release(ids[3], token=claimed.token, count_stall=False) == "queued"
+    assert q.stats()["queued"] == 5 and q.ready_ids()[0] == ids[3]
+    assert [t.id for t in list_tasks(q, "queued")] == q.ready_ids()
+    check_invariants(r, q)
+    handed: list[str] = []
+    while (lease := q.claim_next("w:2")) is not None:
+        handed.append(lease.task_id)
+        q.complete(lease)
+    assert handed == [ids[3], ids[0], ids[2], ids[4], ids[5]]  # each once, the cancelled one never
+    assert r.llen(band) == 0 and int(r.hget(q.keys.stats, "rstale")) == 0 and q.stats()["queued"] == 0
+    check_invariants(r, q)
+
+
+def test_a_long_run_of_stale_entries_is_skipped_over_several_calls(q: TaskQueue, r: redis.Redis) -> None:
+    """A call skips a bounded number of stale entries (1,000): behind a longer run left by a mass
+    cancel, a waiting claim still gets the live task (the call that stopped leaves a wake-up token)."""
+    ids = q.enqueue_many([f"http://example.com/m{n}" for n in range(2_501)])
+    for tid in ids[:2_500]:
+        assert q.cancel(tid, "mass cancel") == "queued"
+    assert q.stats()["queued"] == 1
+    lease = q.claim_next("w:1", wait=5)
+    assert lease is not None and lease.task_id == ids[-1]
+    assert r.llen(q.keys.ready_list(0)) == 0 and int(r.hget(q.keys.stats, "rstale")) == 0
+    check_invariants(r, q)

@@ -1,8 +1,8 @@
 """The queue suite again, on a real 3-master Redis Cluster (``redis+cluster://``).
 
-Every test of ``test_queue.py`` and ``test_cancel.py`` runs here unchanged: the fixtures below hand them
-the cluster's URL and a cluster client, so each transition, fence, refusal and raw-state assertion is
-checked where every script must route on its keys' slot.
+Every test of ``test_queue.py``, ``test_cancel.py`` and ``test_hosts.py`` runs here unchanged: the fixtures
+below hand them the cluster's URL and a cluster client, so each transition, fence, refusal and raw-state
+assertion is checked where every script must route on its keys' slot.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ import pytest
 from redis.cluster import RedisCluster
 
 from celery_ha.state import TaskQueue
+from celery_ha.state.url_rules import check_rules
 from tests.state.test_cancel import *  # noqa: F403  (the tests and their fixtures, collected here again)
+from tests.state.test_hosts import *  # noqa: F403
 from tests.state.test_queue import *  # noqa: F403
 from tests.state.test_queue import CountingConnection
 from tests.support.redis_cluster import (  # noqa: F401  (the fixtures redis_url and r, on the cluster)
@@ -30,5 +32,7 @@ def counted(cluster_url: str, redis_cluster: RedisClusterGroup) -> TaskQueue:
     queue = TaskQueue(client)
     for script in queue._scripts._scripts.values():
         client.script_load(script.script)
+    # The once-per-queue read of the URL rules (state/url_rules.py), done here: not a batch's trip.
+    queue._rules_checked = check_rules(queue.client, queue.namespace, queue.url_rules)
     CountingConnection.writes = 0
     return queue

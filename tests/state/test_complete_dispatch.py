@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from celery_ha import InvalidInput, LeaseLost, TaskQueue
-from celery_ha.integration.infrastructure import is_infrastructure_error
+from celery_ha.integration.running.infrastructure import is_infrastructure_error
 from celery_ha.state import Refusal
 from tests.state.test_queue import CountingConnection, counted, dump  # noqa: F401 (fixture)
 from tests.support.invariants import check_invariants

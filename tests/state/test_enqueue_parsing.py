@@ -17,7 +17,7 @@ import pytest
 
 import celery_ha.base.validation as validation
 from celery_ha.base.errors import InvalidInput
-from celery_ha.base.validation import canonical_url
+from celery_ha.base.urls import canonical_url
 from celery_ha.state.enqueue_args import RowDefaults, build_rows
 from celery_ha.state.ids import dedup_id
 from tests.support.cli import run

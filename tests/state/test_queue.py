@@ -7,11 +7,13 @@ import time
 
 import pytest
 import redis
+from redis.client import NEVER_DECODE
 
 from celery_ha import InvalidInput, LeaseLost, PayloadTooLarge, TaskNotFound, TaskQueue
 from celery_ha.redisio.client import redis_client
 from celery_ha.state import Refusal, TaskState, task_id_for
 from celery_ha.state.replies import REASONS
+from celery_ha.state.url_rules import check_rules
 from tests.support.invariants import check_invariants
 from tests.support.polling import wait_until
 
@@ -42,6 +44,8 @@ def counted(redis_url: str) -> TaskQueue:
     queue = TaskQueue(redis_client(redis_url, connection_class=CountingConnection))
     for script in queue._scripts._scripts.values():
         queue.client.script_load(script.script)
+    # The once-per-queue read of the URL rules (state/url_rules.py), done here: not a batch's trip.
+    queue._rules_checked = check_rules(queue.client, queue.namespace, queue.url_rules)
     CountingConnection.writes = 0
     return queue
 
@@ -51,7 +55,9 @@ def dump(r: redis.Redis) -> dict[str, object]:
     out: dict[str, object] = {}
     for key in r.keys("*"):
         kind = r.type(key)
-        if kind == "hash":
+        if kind == "hash" and ":d:" in key:  # a bucket of remembered ids: binary fields
+            out[key] = r.execute_command("HGETALL", key, **{NEVER_DECODE: True})
+        elif kind == "hash":
             out[key] = r.hgetall(key)
         elif kind == "zset":
             out[key] = r.zrange(key, 0, -1, withscores=True)
@@ -59,6 +65,8 @@ def dump(r: redis.Redis) -> dict[str, object]:
             out[key] = r.lrange(key, 0, -1)
         elif kind == "set":
             out[key] = sorted(r.smembers(key))
+        elif key.endswith(":dk"):  # the bitmap of the buckets of remembered ids
+            out[key] = r.execute_command("GET", key, **{NEVER_DECODE: True})
         else:
             out[key] = r.get(key)
     return out
@@ -525,8 +533,11 @@ def _lease_lost_text(action) -> str:
     return str(caught.value)
 
 
-def test_scripts_answer_refusal_codes(q: TaskQueue) -> None:
+def test_scripts_answer_refusal_codes(redis_url: str) -> None:
     """The raw replies: every refusal is its code, never false or a bare {0}."""
+    # A minute of backoff: the retried task must still be delayed at the last claim_next, however
+    # slowly a loaded machine runs this test.
+    q = TaskQueue.from_url(redis_url, lease_ttl=30, backoff_base=60, backoff_cap=60)
     running, delayed, dead, queued = q.enqueue_many([f"https://example.com/{i}" for i in range(4)])
     lease = q.claim(running, "w")
     q.fail(q.claim(delayed, "w"), "transient")

@@ -1,5 +1,6 @@
 """Dedup expiry and recrawl: a finished URL is a duplicate until its recrawl window passed, a new run
-never lets a holder of an earlier run write, and the sweep keeps `done` bounded by the dedup TTL."""
+never lets a holder of an earlier run write, and the sweep keeps the remembered ids bounded by the
+dedup TTL."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from celery_ha.base.errors import ConfigurationError, InvalidInput, LeaseLost
 from celery_ha.base.settings import Settings
 from celery_ha.base.validation import parse_duration
 from celery_ha.state import TaskQueue
+from celery_ha.state.done_times import count_remembered, remembered
 from celery_ha.state.records import Lease
 from celery_ha.state.replies import Refusal
 from tests.support.invariants import check_invariants
@@ -35,7 +37,7 @@ def _run_once(q: TaskQueue, url: str = URL) -> Lease:
 def test_a_finished_url_stays_a_duplicate_without_expiry(q: TaskQueue, r: redis.Redis) -> None:
     tid = q.enqueue(URL, meta={"run": 1})
     _run_once(q)
-    assert r.zscore(q.keys.done, tid) is not None  # remembered with its completion time
+    assert remembered(r, q.keys, tid)  # remembered with its completion time
     assert q.enqueue_many_with_status([URL]) == [(tid, False)]
     assert q.enqueue_many_with_status([URL], recrawl_after="1d") == [(tid, False)]  # not a day old
     assert q.get(tid).state == "completed" and q.stats()["recrawled"] == 0
@@ -48,7 +50,7 @@ def test_past_the_window_the_url_is_crawled_again(q: TaskQueue, r: redis.Redis) 
     assert q.enqueue_many_with_status([{"url": URL, "meta": {"run": 2}}], recrawl_after=0) == [(tid, True)]
     info = q.get(tid)
     assert (info.state, info.meta, info.attempts, info.stalls) == ("queued", {"run": 2}, 0, 0)
-    assert r.zscore(q.keys.completed, tid) is None and r.zscore(q.keys.done, tid) is None
+    assert r.zscore(q.keys.completed, tid) is None and not remembered(r, q.keys, tid)
     assert q.ready_ids() == [tid] and q.stats()["recrawled"] == 1
     check_invariants(r, q)
     second = q.claim(tid, "w:2")
@@ -76,7 +78,7 @@ def test_a_url_the_history_forgot_starts_above_every_earlier_token(redis_url: st
     lease = q.claim(tid, "w:1")
     assert lease is not None
     q.complete(lease)  # history_max=0: the record is dropped at once
-    assert r.hget(q.keys.tasks, tid) is None and r.zscore(q.keys.done, tid) is not None
+    assert r.hget(q.keys.tasks, tid) is None and remembered(r, q.keys, tid)
     assert q.enqueue_many_with_status([URL], recrawl_after=0) == [(tid, True)]
     fresh = q.claim(tid, "w:2")
     assert fresh is not None and fresh.token > lease.token
@@ -107,7 +109,7 @@ def test_recrawl_by_id(q: TaskQueue, r: redis.Redis) -> None:
         done_id: "queued", live_id: "not completed", "nosuchid0001": "unknown"}
     info = q.get(done_id)
     assert info.state == "queued" and info.url == URL
-    assert r.zscore(q.keys.done, done_id) is None and r.zscore(q.keys.completed, done_id) is None
+    assert not remembered(r, q.keys, done_id) and r.zscore(q.keys.completed, done_id) is None
     assert q.recrawl([done_id]) == {done_id: "not completed"}  # queued already
     assert q.stats()["recrawled"] == 1
     check_invariants(r, q)
@@ -133,21 +135,21 @@ def test_the_sweep_forgets_finished_ids_past_the_ttl_once_the_history_let_go(red
     kept = TaskQueue(client, "keep", dedup_ttl=0)  # the history (10,000 records) holds it
     tid = kept.enqueue(URL)
     _run_once(kept)
-    assert kept.forget_finished() == 0 and r.zscore(kept.keys.done, tid) is not None
+    assert kept.forget_finished() == 0 and remembered(r, kept.keys, tid)
     trimmed = TaskQueue(client, "trim", dedup_ttl=0, history_max=0)
     tids = trimmed.enqueue_many([f"{URL}/{n}" for n in range(5)])
     for t in tids:
         lease = trimmed.claim(t, "w:1")
         assert lease is not None
         trimmed.complete(lease)
-    assert r.zcard(trimmed.keys.done) == 5 and r.hlen(trimmed.keys.tasks) == 0
+    assert count_remembered(r, trimmed.keys) == 5 and r.hlen(trimmed.keys.tasks) == 0
     assert trimmed.forget_finished(batch=2) == 5  # several bounded rounds
-    assert r.zcard(trimmed.keys.done) == 0
+    assert count_remembered(r, trimmed.keys) == 0
     forever = TaskQueue(client, "trim", history_max=0)  # no TTL: nothing is forgotten
     lease = forever.claim(forever.enqueue(f"{URL}/x"), "w:1")
     assert lease is not None
     forever.complete(lease)
-    assert forever.forget_finished() == 0 and r.zcard(forever.keys.done) == 1
+    assert forever.forget_finished() == 0 and count_remembered(r, forever.keys) == 1
 
 
 def test_a_dedup_set_of_a_0_1_release_is_honoured_then_moved(q: TaskQueue, r: redis.Redis) -> None:
@@ -155,7 +157,7 @@ def test_a_dedup_set_of_a_0_1_release_is_honoured_then_moved(q: TaskQueue, r: re
     r.sadd(q.keys.legacy_seen, tid, *[f"old{n:09d}" for n in range(30)])
     assert q.enqueue_many_with_status([URL]) == [(tid, False)]  # finished before the upgrade
     assert q.forget_finished(batch=7) == 31
-    assert not r.exists(q.keys.legacy_seen) and r.zcard(q.keys.done) == 31
+    assert not r.exists(q.keys.legacy_seen) and count_remembered(r, q.keys) == 31
     assert q.enqueue_many_with_status([URL]) == [(tid, False)]
     assert q.enqueue_many_with_status([URL], recrawl_after=0) == [(tid, True)]  # it has a time now
 

@@ -6,6 +6,7 @@ import pytest
 import redis
 
 from celery_ha import InvalidInput, TaskQueue
+from celery_ha.state.done_times import done_slot
 from celery_ha.state.replay import enqueue_if_absent
 from tests.support.invariants import check_invariants
 
@@ -65,13 +66,18 @@ def test_the_record_is_the_one_enqueue_writes(q: TaskQueue, redis_url: str) -> N
 def test_a_finished_dedup_task_is_not_created_again(q: TaskQueue, r: redis.Redis) -> None:
     (tid,) = q.task_ids(["https://example.com/done"])
     assert enqueue_if_absent(q, [(tid, "https://example.com/done")]) == [True]
-    # What a completion leaves once the history is trimmed: the id in `done`, no record. A replay
-    # repeats a request: however long ago the task finished, it is not a recrawl.
+    # What a completion leaves once the history is trimmed: the id remembered (hour 1), no record. A
+    # replay repeats a request: however long ago the task finished, it is not a recrawl.
     r.delete(q.keys.tasks, q.keys.ready_list(0), q.keys.ready_bands)
+    r.hset(*done_slot(q.keys.prefix, tid), 1)
+    assert enqueue_if_absent(q, [(tid, "https://example.com/done")]) == [False]
+    assert q.ready_ids() == [] and r.hlen(q.keys.tasks) == 0
+    # The same from the sorted set `done` of the layout before, then from a 0.1 release's dedup set,
+    # before the sweep moved them.
+    r.delete(done_slot(q.keys.prefix, tid)[0])
     r.zadd(q.keys.done, {tid: 1})
     assert enqueue_if_absent(q, [(tid, "https://example.com/done")]) == [False]
     assert q.ready_ids() == [] and r.hlen(q.keys.tasks) == 0
-    # The same from a 0.1 release's dedup set, before the sweep moved it.
     r.delete(q.keys.done)
     r.sadd(q.keys.legacy_seen, tid)
     assert enqueue_if_absent(q, [(tid, "https://example.com/done")]) == [False]

@@ -195,3 +195,86 @@ def test_queue_state_machine(redis_server: RedisProcess) -> None:
     run.settings = settings(max_examples=60, stateful_step_count=40, deadline=None,
                             suppress_health_check=list(HealthCheck), derandomize=False)
     run.runTest()
+
+
+HOSTS = ["a.example", "b.example:8080", "c.example"]
+HOST_URLS = [f"http://{h}/p/{i}" for h in HOSTS for i in range(5)]
+
+
+class HostQueueMachine(QueueMachine):
+    """The same interleavings with the host gate on: tasks of three hosts (plus example.com) under
+    limits, blocks and budgets that change between steps, and cancels. After every step the
+    invariants above hold, and the gate's books (queues, active and dispatched counts, the indexes)
+    agree with the records (``check_hosts``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q = TaskQueue.from_url(self.server.url, lease_ttl=TTL, max_attempts=2, max_stalls=1,
+                                    backoff_base=0.001, backoff_cap=0.005, host_gate=True)
+
+    @rule(url=st.sampled_from(HOST_URLS), priority=st.integers(-2, 2), dedup=st.booleans(),
+          own_host=st.booleans())
+    def enqueue_hosted(self, url: str, priority: int, dedup: bool, own_host: bool) -> None:
+        tid = self.q.enqueue(url, priority=priority, dedup=dedup, host="custom-key" if own_host else None)
+        if dedup:
+            self.url_of[tid] = url
+        if dedup and tid in self.ids:
+            return
+        assert tid not in self.ids
+        self.ids.add(tid)
+
+    @rule(host=st.sampled_from(HOSTS), concurrency=st.sampled_from([None, 0, 1, 2]),
+          delay=st.sampled_from([None, 0, 0.01]), budget=st.sampled_from([None, 2, 50]),
+          rate=st.sampled_from([None, "100/1"]))
+    def set_limits(self, host: str, concurrency, delay, budget, rate) -> None:
+        self.q.hosts.set(host, concurrency=concurrency, delay=delay, budget=budget, rate=rate)
+
+    @rule(concurrency=st.sampled_from([None, 1, 3]))
+    def set_defaults(self, concurrency) -> None:
+        self.q.hosts.set_defaults(concurrency=concurrency)
+
+    @rule(host=st.sampled_from(HOSTS), seconds=st.sampled_from([0.0, 0.01, 0.05]), how=st.integers(0, 3))
+    def block(self, host: str, seconds: float, how: int) -> None:
+        if how == 0:
+            self.q.hosts.block(host, seconds)
+        elif how == 1:
+            self.q.hosts.unblock(host)
+        elif how == 2:
+            self.q.hosts.backoff(host, "429", start=seconds or 0.01, cap=0.05)
+        else:
+            self.q.hosts.defer(host, seconds)
+
+    @rule(pick=PICK, worker=st.sampled_from(["w1", "w2"]))
+    def claim_by_id(self, pick: int, worker: str) -> None:
+        """As above, but a dispatched task whose host is blocked now gets no lease: it goes back to
+        its host's queue (and the claim says so with None)."""
+        if not self.ids:
+            return
+        tid = sorted(self.ids)[pick % len(self.ids)]
+        before = self.q.get(tid) if self.r.hexists(self.q.keys.tasks, tid) else None
+        blocked = before is not None and before.host is not None and \
+            self.q.hosts.get(before.host).blocked_until is not None
+        lease = self.q.claim(tid, worker)
+        state = before.state if before is not None else None
+        if state == "dispatched" and blocked and lease is None:
+            assert self.q.get(tid).state == "queued"
+        else:
+            assert (lease is not None) == (state in ("queued", "dispatched"))
+        if lease is not None:
+            self.leases.append(lease)
+
+    @rule(pick=PICK)
+    def cancel(self, pick: int) -> None:
+        if not self.ids:
+            return
+        tid = sorted(self.ids)[pick % len(self.ids)]
+        self.q.cancel(tid, "test")
+
+
+@pytest.mark.timeout(600)
+def test_host_gate_state_machine(redis_server: RedisProcess) -> None:
+    HostQueueMachine.server = redis_server
+    run = HostQueueMachine.TestCase()
+    run.settings = settings(max_examples=60, stateful_step_count=40, deadline=None,
+                            suppress_health_check=list(HealthCheck), derandomize=False)
+    run.runTest()

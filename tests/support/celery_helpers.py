@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 from celery import Celery
 
 from celery_ha.base.settings import Settings
-from celery_ha.integration.broker import kombu_broker
-from celery_ha.integration.pump import pump
-from celery_ha.integration.queues import broker_queue
+from celery_ha.integration.core.queues import broker_queue
+from celery_ha.integration.dispatch.broker import kombu_broker
+from celery_ha.integration.dispatch.pump import pump
 from celery_ha.redisio.client import is_redis_url, redis_client
 from celery_ha.state import TaskQueue
 from celery_ha.state.worker_registry import list_workers
@@ -88,13 +88,14 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
-    def worker(self, name: str, concurrency: int = 2, wait: bool = True, **env: Any
+    def worker(self, name: str, concurrency: int = 2, wait: bool = True, heartbeat: bool = False, **env: Any
                ) -> subprocess.Popen[bytes]:
+        """A ``celery worker`` of this cluster; ``heartbeat`` keeps Celery's worker heartbeat events
+        on (as in production: the worker's event loop publishes one every 2 s)."""
         node = f"{name}-{self.namespace}@localhost"
-        proc = self._spawn(["worker", "-P", "prefork", "-c", str(concurrency), "-n", node,
-                            "--without-gossip", "--without-mingle",
-                            "--without-heartbeat", "-l", "info"], name,
-                           {k: str(v) for k, v in env.items()})
+        quiet = ["--without-gossip", "--without-mingle", *([] if heartbeat else ["--without-heartbeat"])]
+        proc = self._spawn(["worker", "-P", "prefork", "-c", str(concurrency), "-n", node, *quiet,
+                            "-l", "info"], name, {k: str(v) for k, v in env.items()})
         proc.node = node  # type: ignore[attr-defined]
         if wait:
             wait_for(lambda: len(self.children(node)) >= concurrency, timeout=30,

@@ -34,3 +34,35 @@ def marker(ctx: DurableContext) -> None:
     up as a second key."""
     ctx.fetch(ctx.url)
     ctx.emit({"token": ctx.lease.token, "pid": os.getpid()}, key=f"run-{ctx.lease.token}")
+
+
+@durable_task(name="test_die_once")
+def die_once(ctx: DurableContext) -> None:
+    """Killed (SIGKILL of its own pool process) on its first attempt; completes on the next, after
+    queueing one child task (``meta.child``), whose trace continues this attempt's."""
+    if ctx.attempt == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if ctx.meta.get("child"):
+        ctx.enqueue(ctx.meta["child"], task="test_marker")
+    ctx.emit({"attempt": ctx.attempt}, key=ctx.task_id)
+
+
+@durable_task(name="test_noop")
+def noop(ctx: DurableContext) -> None:
+    """Does nothing: the child task of ingestion tests, where only being queued and finished matters."""
+
+
+@durable_task(name="test_fetch_then_fail")
+def fetch_then_fail(ctx: DurableContext) -> None:
+    """Fetch the task's own page and emit it; the first attempt then fails (after its fetch), so the
+    validator that fetch saw must not be kept for the retry."""
+    response = ctx.fetch(ctx.url)
+    ctx.emit({"url": ctx.url, "body": response.text, "changed": ctx.changed}, key=ctx.url)
+    if ctx.attempt == 1:
+        raise RuntimeError("failed after the fetch")
+
+
+@durable_task(name="test_list")
+def list_page(ctx: DurableContext) -> None:
+    """A list page read on a fixed schedule: fetched unconditionally, no items."""
+    ctx.fetch(ctx.url, conditional=False)

@@ -8,17 +8,32 @@ from collections import Counter
 import redis
 
 from celery_ha.state import TaskQueue
+from celery_ha.state.counts import live_band_ids
+from celery_ha.state.done_times import count_remembered
 
 #: state code -> the structure that must hold the id
 _STRUCTURE_OF = {"q": "ready", "d": "inflight", "r": "running", "w": "delayed", "x": "dead", "c": "completed"}
 
 
+def stale_entries(r: redis.Redis, q: TaskQueue) -> int:
+    """How many entries of the ready lists are stale (not the live entry of a task queued in that band)."""
+    k = q.keys
+    stale = 0
+    for key in r.scan_iter(match=k.ready_list("*"), count=1000):
+        ids = r.lrange(key, 0, -1)
+        stale += len(ids) - len(live_band_ids(r, k, key[len(k.ready_list("")):], ids))
+    return stale
+
+
 def membership(r: redis.Redis, q: TaskQueue) -> dict[str, list[str]]:
-    """Every state structure's ids (ready lists flattened in claim order)."""
+    """Every state structure's ids (the live entries of the ready lists flattened in claim order, then
+    the host gate's queues)."""
     k = q.keys
     out = {"ready": []}  # type: dict[str, list[str]]
     for band in r.zrange(k.ready_bands, 0, -1):
-        out["ready"].extend(r.lrange(k.ready_list(band), 0, -1))
+        out["ready"].extend(live_band_ids(r, k, band, r.lrange(k.ready_list(band), 0, -1)))
+    for host in sorted(r.smembers(k.hosts)):
+        out["ready"].extend(r.zrange(k.host_queue(host), 0, -1))
     for name, key in (("inflight", k.inflight), ("running", k.running), ("delayed", k.delayed),
                       ("dead", k.dead), ("completed", k.completed)):
         out[name] = r.zrange(key, 0, -1)
@@ -37,11 +52,17 @@ def check_invariants(r: redis.Redis, q: TaskQueue) -> dict[str, str]:
     doubled = {tid: n for tid, n in seen.items() if n > 1}
     assert not doubled, f"ids in more than one place: {doubled}"
     states: dict[str, str] = {}
+    # A completed task waiting for a scheduled run keeps its record after the history let it go.
+    scheduled = {tid for shard in q._shards for tid in r.zrange(shard.refetch, 0, -1)}
     for tid, raw in r.hgetall(q.keys.tasks).items():
         st = json.loads(raw.partition("\n")[0])
         expected = _STRUCTURE_OF[st["s"]]
+        if st["s"] == "c" and tid in scheduled and tid not in location:
+            expected = None
         assert location.get(tid) == expected, f"{tid} is {st['s']!r} but sits in {location.get(tid)!r}"
         states[tid] = st["s"]
+    for tid in scheduled:
+        assert states.get(tid, "c") == "c", f"{tid} waits for a scheduled run but is {states.get(tid)!r}"
     orphans = set(location) - set(states)
     assert not orphans, f"ids without a record: {orphans}"
     # Every non-empty band is indexed (an emptied band may stay indexed until the next pop).
@@ -49,4 +70,51 @@ def check_invariants(r: redis.Redis, q: TaskQueue) -> dict[str, str]:
     for key in r.scan_iter(match=q.keys.ready_list("*"), count=1000):
         band = key[len(q.keys.ready_list("")):]
         assert band in indexed, f"band {band} holds tasks but is not indexed"
+    # The stale entries a direct claim or a cancel left in the bands are exactly the ones counted.
+    counted = int(r.hget(q.keys.stats, "rstale") or 0)
+    assert stale_entries(r, q) == counted, f"{stale_entries(r, q)} stale band entries, {counted} counted"
+    # The count of remembered (finished dedup) ids is the buckets' (the sorted set before them aside).
+    in_buckets = count_remembered(r, q.keys) - int(r.zcard(q.keys.done))
+    assert int(r.hget(q.keys.stats, "remembered") or 0) == in_buckets, f"{in_buckets} ids in the buckets"
+    check_hosts(r, q)
     return states
+
+
+def check_hosts(r: redis.Redis, q: TaskQueue) -> None:
+    """The host gate's books agree with the records: each host's queue holds exactly its queued
+    tasks, its active / dispatched counts are its tasks dispatched or running / dispatched, the
+    queued total is the sum of the queues, a host with queued tasks is filed in exactly one of the
+    two indexes (none without), and a host filed as eligible is eligible."""
+    k = q.keys
+    queued: dict[str, set[str]] = {}
+    active: Counter[str] = Counter()
+    dispatched: Counter[str] = Counter()
+    for tid, raw in r.hgetall(k.tasks).items():
+        st = json.loads(raw.partition("\n")[0])
+        host = st.get("h")
+        if host is None:
+            continue
+        if st["s"] == "q":
+            queued.setdefault(host, set()).add(tid)
+        elif st["s"] in ("d", "r"):
+            active[host] += 1
+            dispatched[host] += st["s"] == "d"
+    hosts = r.smembers(k.hosts)
+    assert set(queued) <= hosts, f"queued hosts unknown to the gate: {set(queued) - hosts}"
+    ready = set(r.zrange(k.hosts_ready, 0, -1))
+    waiting = set(r.zrange(k.hosts_wait, 0, -1))
+    assert not ready & waiting, f"hosts filed twice: {ready & waiting}"
+    total = 0
+    infos = {i.host: i for i in q.hosts.list()} if hosts else {}
+    for host in hosts:
+        in_queue = set(r.zrange(k.host_queue(host), 0, -1))
+        total += len(in_queue)
+        assert in_queue == queued.get(host, set()), f"host {host}: queue {in_queue} vs {queued.get(host)}"
+        hs = r.hgetall(k.host_state(host))
+        assert int(hs.get("a", 0)) == active[host], f"host {host}: active {hs.get('a')} vs {active[host]}"
+        assert int(hs.get("d", 0)) == dispatched[host], f"host {host}: dispatched {hs.get('d')}"
+        filed = (host in ready) + (host in waiting)
+        assert filed == (1 if in_queue else 0), f"host {host} ({len(in_queue)} queued) filed {filed} times"
+        if host in ready:
+            assert infos[host].state == "ready", f"host {host} is filed eligible but is {infos[host].state}"
+    assert int(r.hget(k.host_config, "nq") or 0) == total, "the gated queued count drifted"

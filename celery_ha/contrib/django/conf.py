@@ -121,7 +121,7 @@ def load(django_settings: Any) -> DjangoConfig:
         settings = Settings.from_overrides(core)
     except ConfigurationError as exc:
         raise ImproperlyConfigured(_named(str(exc), written, core)) from None
-    embedded = _flag(EMBEDDED_REDIS, own[EMBEDDED_REDIS])
+    embedded = _flag(EMBEDDED_REDIS, own[EMBEDDED_REDIS]) or settings.embedded
     if not settings.redis_url and not embedded:
         raise ImproperlyConfigured(
             "celery-ha has no Redis: set CELERY_HA = {'REDIS_URL': 'redis://host:6379/0', ...} (or "

@@ -17,6 +17,7 @@ from typing import Any
 from django.db import router, transaction
 
 from celery_ha.base.errors import InvalidInput
+from celery_ha.base.tracing import capture
 from celery_ha.base.validation import iter_many
 from celery_ha.contrib.django.models import OutboxEntry
 from celery_ha.contrib.django.outbox import Pending, push_after_commit
@@ -24,7 +25,7 @@ from celery_ha.contrib.django.runtime import runtime
 
 
 def _resolved(spec: str | Mapping[str, Any], task: str | None, priority: int, dedup: bool,
-              default_task: str) -> dict[str, Any]:
+              default_task: str, trace: str | None) -> dict[str, Any]:
     """The spec with the call's defaults filled in: the task name and dedup fix the id now, so a
     later push (after a settings change, in another process) cannot give the task another id."""
     if isinstance(spec, str):
@@ -35,6 +36,8 @@ def _resolved(spec: str | Mapping[str, Any], task: str | None, priority: int, de
     out["task"] = spec.get("task") or task or default_task
     out["priority"] = priority if spec.get("priority") is None else spec["priority"]
     out["dedup"] = dedup if spec.get("dedup") is None else bool(spec["dedup"])
+    if "trace" not in out and trace:
+        out["trace"] = trace  # the view's trace: the push runs later, in another thread
     return out
 
 
@@ -47,7 +50,8 @@ def enqueue_many_on_commit(specs: Iterable[str | Mapping[str, Any]], *, task: st
     validated before anything is written: InvalidInput (a ``ValueError``) names the bad one.
     """
     queue = runtime().queue()
-    resolved = [_resolved(spec, task, priority, dedup, queue.default_task)
+    trace = capture()  # the calling view's span, if tracing is on
+    resolved = [_resolved(spec, task, priority, dedup, queue.default_task, trace)
                 for spec in iter_many("tasks (URLs or dicts)", specs)]
     if not resolved:
         return []

@@ -91,7 +91,8 @@ def current_config() -> DjangoConfig:
 def _build() -> DjangoRuntime:
     config = current_config()
     settings = config.settings
-    url = settings.redis_url or resolve_redis_url(settings)  # the embedded one only when asked for
+    # The embedded one only when asked for (``load`` refused a missing URL otherwise).
+    url = settings.redis_url or resolve_redis_url(settings, start=config.embedded)
     timeout = config.push_timeout
     client = redis_client(url, socket_timeout=timeout, socket_connect_timeout=timeout,
                           retry=Retry(NoBackoff(), 0), client_name=CLIENT_NAME)

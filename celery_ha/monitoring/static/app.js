@@ -13,7 +13,10 @@ const samples = []; // [seconds (Redis clock), done] for the finishing rate
 const $ = (id) => document.getElementById(id);
 // Absolute URLs on the page's origin: a page opened as http://user:pass@host/ would otherwise resolve
 // "/api/..." to a URL with credentials, which fetch() refuses.
-const api = (path) => location.origin + path;
+// A server of several namespaces shows the one of the page's ?namespace= (its first by default).
+const NAMESPACE = params.get("namespace");
+const api = (path) => location.origin + path
+  + (NAMESPACE ? (path.includes("?") ? "&" : "?") + "namespace=" + encodeURIComponent(NAMESPACE) : "");
 const fmtInt = (n) => (n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"));
 
 function fmtSeconds(s) {
@@ -161,6 +164,21 @@ function render(d) {
     p.state === "tban" || p.state === "pban" ? actionButton("Unban", "/api/proxies/unban", { id: p.id }) : el("td")]);
   fillTable("domains", d.domains, (m) => [m.domain, fmtInt(m.acquired), fmtInt(m.refused), fmtInt(m.in_use),
     fmtInt(m.rate_limited), fmtInt(m.banned)]);
+
+  const h = d.hosts || { enabled: false, known: 0, top: [] };
+  const hz = d.host_zones || {};
+  $("host-zones").textContent = h.enabled
+    ? `${fmtInt(h.known)} known · eligible ${hz.eligible} · waiting ${hz.waiting} · parked ${hz.parked}`
+      + (h.top.length || !h.known ? "" : " · too many to list here: celery-ha hosts list")
+    : "host gate off";
+  const limits = (x) => [x.rate ? `rate ${x.rate}` : "", x.delay ? `delay ${x.delay}s` : "",
+    x.crawl_delay ? `crawl-delay ${x.crawl_delay}s` : "", x.concurrency ? `max ${x.concurrency}` : ""]
+    .filter(Boolean).join(", ") || "–";
+  fillTable("hosts", h.top, (x) => [x.host, x.state, fmtInt(x.queued), fmtInt(x.running), fmtInt(x.done),
+    fmtInt(x.dead), limits(x), x.budget_left === null ? "–" : `${x.budget_left}/${x.budget}`,
+    x.next_eligible ? new Date(x.next_eligible * 1000).toLocaleTimeString() : "–",
+    el("td", x.blocked_until ? `until ${new Date(x.blocked_until * 1000).toLocaleTimeString()} ${x.block_reason || ""}`
+      : "", "wrap")]);
 }
 
 async function refresh() {
@@ -185,6 +203,14 @@ async function start() {
   } catch (err) { /* read-only */ }
   $("mode").textContent = session.actions ? `signed in as ${session.user}: actions enabled`
     : "read-only (start with --auth for actions)";
+  const served = session.namespaces || [];
+  if (served.length > 1) { // links to the other namespaces this server serves
+    $("namespaces").replaceChildren(...served.map((ns) => {
+      const link = el("a", ns);
+      link.href = `?namespace=${encodeURIComponent(ns)}`;
+      return link;
+    }));
+  }
   $("redrive-all").addEventListener("click", (ev) => act("/api/dead/redrive", { all: true }, ev.target));
   await refresh();
   setInterval(refresh, INTERVAL_MS);

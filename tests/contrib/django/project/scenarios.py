@@ -227,6 +227,19 @@ def call_cli() -> dict[str, Any]:
     return {"error": None}
 
 
+def traced_view() -> dict[str, Any]:
+    """The view under a span (as a traced Django server runs it): the task carries the view's trace,
+    although its push runs later, in a pusher thread."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    tracer = TracerProvider().get_tracer("djproj")
+    with tracer.start_as_current_span("POST /orders/") as span:
+        body = Client().post("/orders/", {"url": "https://shop.example/traced"}).json()
+    ctx = span.get_span_context()
+    return {"task": body["task"], "trace": runtime().queue().get(body["task"]).trace,
+            "view": f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"}
+
+
 def reset() -> dict[str, Any]:
     """A clean database for the next test (the schema stays)."""
     OutboxEntry.objects.all().delete()

@@ -1,0 +1,16 @@
+"""Every patch of another library's internals (kombu, Celery, billiard), here and nowhere else.
+
+Each module patches one private internal and declares the releases it was verified on
+(``VERIFIED``; pyproject.toml's ceilings stop below the next minor release of each). At start-up it
+checks that the internal still has the shape it patches; when it has not, it leaves the library as
+it is, and logs one WARNING saying what is missing and what is lost without it (nothing else
+breaks). Each has a test that fails when the behaviour it patches changes (tests/integration/patches/).
+
+- ``kombu_fixes``: a command on a channel whose broker connection was closed is a connection error.
+- ``kombu_client_reuse``: one redis-py client per kombu channel instead of one per command.
+- ``quick_reconnect``: the worker's consumer retries a lost broker within a second, not 2 s, 4 s, ...
+- ``child_reaper``: a dead pool child is noticed within a quarter second instead of 5 s.
+
+``registry`` holds what each decided in this process; the worker logs it in one line at start-up,
+with the dispatch path of the refill messages (``integration/worker/startup_report.py``).
+"""

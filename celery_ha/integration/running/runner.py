@@ -1,0 +1,211 @@
+"""Run one Celery message of a durable task: claim, run under a kept lease, complete or fail.
+
+Claim in Redis (``None`` = duplicate or stale message: ack and drop), hand the function a
+:class:`DurableContext`, keep the lease renewed from the lease keeper thread, then complete the task,
+fail it (retry with backoff, or dead) or hand it back (shutdown, soft time limit after progress).
+Execution is at-least-once: a crash re-runs the task from its last checkpoint, and the keyed sink
+ignores what was already stored. Every outcome refills the broker window: a completion in its own
+script (items, completion and refill in one round trip; the messages are pushed onto a Redis broker
+by that script, ``integration/dispatch/script_push.py``, else go out from a background thread, or from the
+task's own thread when its code keeps the CPU busy: ``integration/dispatch/sender.py``), any other outcome
+through the pump.
+
+Whose fault an exception is decides what it costs. One raised by the task's own function is the
+task's: an attempt counted (retry or dead), unless it is an infrastructure error (Redis away or full:
+handed back) or a lost lease. One raised by celery-ha's own code before or after the function (the
+completion's script, the script push, a publish) is a bug of celery-ha: logged once with its
+traceback and the task handed back without an attempt (:func:`_own_fault`). A failure to send the
+refill messages afterwards changes nothing of the outcome (the pump re-sends them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from celery.exceptions import Reject, SoftTimeLimitExceeded
+
+from celery_ha.base.errors import LeaseLost
+from celery_ha.integration.core.services import Services, services, set_node
+from celery_ha.integration.core.task_errors import GracefulStop, HostNotReady, NotModified, is_permanent
+from celery_ha.integration.core.task_spec import DurableTask
+from celery_ha.integration.core.tracing import attempt_started
+from celery_ha.integration.dispatch.pump import pump_quietly, refill_window
+from celery_ha.integration.dispatch.script_push import script_push
+from celery_ha.integration.dispatch.sender import publish_queued, send_soon
+from celery_ha.integration.running.context import DurableContext
+from celery_ha.integration.running.graceful_stop import stop_handler
+from celery_ha.integration.running.infrastructure import is_infrastructure_error, with_patience
+from celery_ha.integration.running.lease_keeper import keeper
+from celery_ha.state import Dispatched
+
+log = logging.getLogger(__name__)
+
+#: Seconds a message waits for Redis to take its claim before it goes back to the broker.
+CLAIM_PATIENCE = 5.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one message's run did to its durable task (``celery_outcome`` shows it to Celery).
+
+    ``kind``: completed; dropped (duplicate or stale message); lost (the lease was taken over);
+    released / abandoned (handed back: it runs again); failed:retry / failed:dead (an attempt
+    counted: a retry waits in Redis until ``due_at``, or the task is dead).
+    """
+
+    kind: str
+    task_id: str
+    url: str = ""
+    detail: str = ""
+    due_at: float | None = None  # retry due time, Redis clock (epoch seconds)
+
+
+def run_message(spec: DurableTask, celery_task: Any, task_id: str, *, refill: bool = True) -> Outcome:
+    """Execute durable task ``task_id`` for one Celery message; returns the outcome. ``refill``
+    refills the window afterwards (a batch refills once, after its last task)."""
+    hostname = getattr(getattr(celery_task, "request", None), "hostname", None)
+    if hostname:
+        set_node(hostname)
+    stop = stop_handler()
+    if threading.current_thread() is threading.main_thread():
+        stop.install()
+    rt = services()
+    keep = keeper(celery_task.app)
+    try:
+        lease = with_patience(lambda: rt.queue.claim(task_id, rt.worker_name),
+                              time.monotonic() + CLAIM_PATIENCE)
+    except redis.RedisError as exc:
+        if not is_infrastructure_error(exc):
+            raise
+        # Redis is away or full: give the message back to the broker instead of losing it.
+        log.warning("task %s: cannot claim (%s); message requeued", task_id, exc)
+        raise Reject(str(exc), requeue=True) from None
+    if lease is None:
+        log.info("task %s is not claimable (duplicate or stale message): dropped", task_id)
+        return Outcome("dropped", task_id, detail="duplicate or stale message: the task is not claimable")
+    ctx = DurableContext(lease, rt, spec)
+    attempt = attempt_started(lease, rt)  # its span (tracing on only): current while the code runs
+    keep.track(ctx)
+    outcome = Outcome("completed", task_id, lease.task.url)
+    dispatched: list[Dispatched] | None = None  # what the completion's own refill dispatched
+    task_cpu = 0.0  # CPU seconds of the task's own code (where its refill is published)
+    in_task = False  # the task's own function is on the stack: what it raises is the task's
+    try:
+        publish_queued()  # what the last completion dispatched goes out now, not beside this task's code
+        with stop.running(ctx):
+            with stop.user_code():
+                cpu_started = time.thread_time()
+                in_task = True
+                try:
+                    spec.fn(ctx)
+                except NotModified:  # its own page answered 304: complete it as unchanged
+                    pass
+                in_task = False
+                task_cpu = time.thread_time() - cpu_started
+            ctx.check()
+            # Last items + completion + window refill: one fenced script, one round trip.
+            # With a script push the refill's messages go onto the broker in that script too.
+            window = refill_window(rt) if refill else None
+            dispatched = ctx._complete(window, rt.settings.redispatch_after,
+                                       script_push(celery_task.app, rt) if window is not None else None)
+    except LeaseLost as exc:
+        outcome = Outcome("lost", task_id, lease.task.url, f"lease lost: {exc}")
+        log.warning("task %s stopped, its lease is lost: %s", task_id, exc)
+    except GracefulStop:
+        outcome = _hand_back(ctx, rt, "worker shutting down")
+    except HostNotReady as exc:  # the host gate holds the host already: back to its queue, uncounted
+        outcome = _hand_back(ctx, rt, str(exc))
+    except SoftTimeLimitExceeded:
+        if ctx.checkpoints_saved:
+            outcome = _hand_back(ctx, rt, "soft time limit (progress saved)")
+        else:
+            outcome = _fail(ctx, rt, "soft time limit exceeded without progress", retry=True)
+    except Exception as exc:
+        if is_infrastructure_error(exc):
+            outcome = _hand_back(ctx, rt, f"Redis unavailable ({type(exc).__name__}: {exc})")
+        elif in_task:
+            outcome = _fail(ctx, rt, f"{type(exc).__name__}: {exc}", retry=not is_permanent(exc))
+        else:
+            outcome = _own_fault(ctx, rt, exc)
+    finally:
+        keep.untrack(ctx)
+    try:
+        if refill and dispatched is not None:
+            send_soon(celery_task.app, rt, dispatched, task_cpu)  # dispatched by the completion's script
+        elif refill:
+            pump_quietly(celery_task.app, rt)  # refill the window (a handed-back task goes to another worker)
+    except Exception:  # the task's outcome stands; what was dispatched is re-sent by the pump later
+        log.exception("task %s: celery-ha could not send the refill messages (the pump re-sends them "
+                      "after CELERY_HA_REDISPATCH_AFTER)", task_id)
+    attempt.ended(outcome.kind, outcome.detail)
+    return outcome
+
+
+def _own_fault(ctx: DurableContext, rt: Services, exc: Exception) -> Outcome:
+    """An unexpected error of celery-ha's own code around the task's function (the completion, the
+    script push, a publish before it): a bug of celery-ha, not of the task. Logged once with its
+    traceback, loudly, and the task is handed back without counting an attempt: it runs again (its
+    keyed items make that safe). Every fifth such hand-back of a task counts a stall
+    (``release.lua``), so a bug that fails every run ends in dead, with its reason, not in a loop.
+    A fault raised after the completion's script committed leaves the task completed; the outcome
+    says so."""
+    log.error("celery-ha internal error while running task %s (not the task's fault: handed back, no "
+              "attempt counted; every fifth counts a stall): %s: %s", ctx.task_id, type(exc).__name__, exc,
+              exc_info=exc)
+    outcome = _hand_back(ctx, rt, f"celery-ha internal error ({type(exc).__name__}: {exc})", own_fault=True)
+    if outcome.kind == "lost":
+        with contextlib.suppress(Exception):  # only for the outcome shown: Redis holds the truth
+            if rt.queue.get(ctx.task_id).state == "completed":
+                return Outcome("completed", ctx.task_id, ctx.url)
+    return outcome
+
+
+def _hand_back(ctx: DurableContext, rt: Services, reason: str, own_fault: bool = False) -> Outcome:
+    """Keep what was produced (keyed, so safe), then release the lease without counting a stall
+    (``own_fault``: counted as celery-ha's own, see :func:`_own_fault`); the release is retried
+    while the lease lives (Redis may be coming back)."""
+    try:
+        ctx._commit(None)
+    except (LeaseLost, redis.RedisError):
+        pass  # the items are produced again by the next run
+    except Exception:
+        log.exception("task %s: its items could not be kept before the hand-back (the next run "
+                      "produces them again)", ctx.task_id)
+    lease_left = ctx.lease.expires_at - time.time()  # Redis time; only bounds how long we try
+    deadline = time.monotonic() + max(0.0, min(lease_left, rt.settings.lease_ttl) - 1.0)
+    try:
+        state = with_patience(lambda: rt.queue.release(ctx.task_id, token=ctx.lease.token,
+                                                       worker=rt.worker_name, count_stall=False,
+                                                       reason=reason, own_fault=own_fault), deadline)
+    except Exception as exc:
+        log.warning("could not release task %s (%s): its lease will expire", ctx.task_id, exc)
+        return Outcome("abandoned", ctx.task_id, ctx.url,
+                       f"handed back ({reason}); the release failed, the lease expires")
+    if state is None:
+        log.warning("task %s not handed back (%s): this run no longer holds it", ctx.task_id, reason)
+        return Outcome("lost", ctx.task_id, ctx.url, f"not handed back ({reason}): no longer held")
+    log.warning("task %s handed back (%s): %s", ctx.task_id, reason, state)
+    return Outcome("released", ctx.task_id, ctx.url, f"handed back: {reason}")
+
+
+def _fail(ctx: DurableContext, rt: Services, error: str, retry: bool) -> Outcome:
+    try:
+        result = rt.queue.fail(ctx.lease, error, retry=retry)
+    except LeaseLost as exc:
+        return Outcome("lost", ctx.task_id, ctx.url, f"lease lost: {exc}")
+    except redis.RedisError as exc:
+        if not is_infrastructure_error(exc):
+            raise
+        return _hand_back(ctx, rt, f"Redis unavailable while failing ({exc}); not counted")
+    log.warning("task %s failed (%s): %s", ctx.task_id, result, error)
+    due_at = None
+    if result == "retry":
+        with contextlib.suppress(redis.RedisError):  # only for display: the retry is in Redis already
+            due_at = rt.queue.get(ctx.task_id).due_at
+    return Outcome(f"failed:{result}", ctx.task_id, ctx.url, error, due_at)

@@ -1,0 +1,175 @@
+"""Every worker lifecycle hook celery-ha needs, declared in one object and installed in one place.
+
+Each method is one Celery signal receiver; :meth:`WorkerHooks.install` connects them all for the app
+it is given (``init_app`` calls it once per app). Celery's signals are process-wide, so each receiver
+first checks that the signal is about its app (the sender's ``app``, else the process's current app,
+which a worker and its pool children set to the app they run): two apps in one process never run each
+other's hooks. A failing hook is logged, never fatal: the lease TTL and the sweep cover whatever a hook
+could not do.
+
+- ``celeryd_init``: remember the node name (lease holders are ``node:pid``); refuse to start on a
+  state Redis that may evict keys (unless ``CELERY_HA_ALLOW_EVICTION=1``).
+- ``beat_init``: warn when the state Redis may evict keys.
+- ``worker_process_init`` (pool child): start the lease keeper, registering the child at once.
+- ``worker_process_shutdown`` (pool child): send the refill messages still queued, stop the lease
+  keeper (no heartbeat after this), leave the worker registry.
+- ``worker_ready``: register the task names this node runs; fill the window at once.
+- ``task_failure``: fast failover when a pool child died.
+- ``task_unknown``: a message for a task name this worker does not know counts a failed attempt.
+- ``worker_shutting_down`` / ``worker_shutdown``: graceful shutdown.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from celery import signals
+from celery._state import get_current_app
+
+from celery_ha.base import tracing
+from celery_ha.integration.core.services import services, set_node
+from celery_ha.integration.core.task_spec import REGISTRY
+from celery_ha.integration.dispatch.pump import pump_quietly
+from celery_ha.integration.dispatch.sender import flush_sends
+from celery_ha.integration.patches.child_reaper import FastChildReaper
+from celery_ha.integration.running.celery_outcome import quiet_reject_tracebacks
+from celery_ha.integration.running.lease_keeper import keeper, stop_keeper
+from celery_ha.integration.upkeep.broker_epoch import broker_lost_messages
+from celery_ha.integration.worker.failover import on_child_lost
+from celery_ha.integration.worker.shutdown import GracefulShutdown
+from celery_ha.integration.worker.startup_report import StartupReport
+from celery_ha.integration.worker.unknown_tasks import on_unknown_task
+from celery_ha.redisio.memory_policy import eviction_policy, eviction_warning
+from celery_ha.state.worker_registry import register_task_names, unregister
+
+log = logging.getLogger(__name__)
+
+
+def _logged(hook: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(hook)
+    def run(*args: Any, **kwargs: Any) -> None:
+        try:
+            hook(*args, **kwargs)
+        except Exception as exc:
+            log.warning("celery-ha hook %s failed: %s", hook.__name__, exc)
+
+    return run
+
+
+class WorkerHooks:
+    """The hooks of one Celery app (see the module docstring)."""
+
+    def __init__(self, app: Any, start_check: Callable[[], None] | None = None) -> None:
+        self.app = app
+        self.shutdown = GracefulShutdown()
+        #: Called first when a worker or beat of this app starts: ``init_app`` refuses there a
+        #: configuration it could not apply (raises SystemExit with one line).
+        self.start_check = start_check or (lambda: None)
+
+    def serves(self, sender: Any, kwargs: dict[str, Any]) -> bool:
+        """Whether a signal is about this hook's app: its sender's (or the sending worker's) app, else
+        the process's current app (pool children and the worker's main process set it)."""
+        for holder in (sender, kwargs.get("instance")):
+            app = getattr(holder, "app", None)
+            if app is not None:
+                return app is self.app
+        return get_current_app() is self.app
+
+    def _scoped(self, hook: Callable[..., None]) -> Callable[..., None]:
+        logged = _logged(hook)
+
+        @functools.wraps(hook)
+        def receive(sender: Any = None, **kwargs: Any) -> None:
+            if self.serves(sender, kwargs):
+                logged(sender=sender, **kwargs)
+
+        return receive
+
+    def install(self) -> WorkerHooks:
+        """Connect every hook to the app's signals and add the fast child reaper bootstep."""
+        self.app.steps["worker"].add(FastChildReaper)
+        self.app.steps["worker"].add(StartupReport)  # after the reaper: the patches' line
+        for signal, hook in (
+            (signals.celeryd_init, self.celeryd_init),
+            (signals.beat_init, self.beat_init),
+            (signals.worker_process_init, self.worker_process_init),
+            (signals.worker_process_shutdown, self.worker_process_shutdown),
+            (signals.worker_ready, self.worker_ready),
+            (signals.task_failure, self.task_failure),
+            (signals.task_unknown, self.task_unknown),
+            (signals.worker_shutting_down, self.worker_shutting_down),
+            (signals.worker_shutdown, self.worker_shutdown),
+        ):
+            signal.connect(self._scoped(hook), weak=False)
+        return self
+
+    def celeryd_init(self, sender: str | None = None, **_: Any) -> None:
+        self.start_check()
+        if sender:
+            set_node(sender)
+        quiet_reject_tracebacks()  # before the fork: every pool child inherits it
+        warning = self._eviction_warning()
+        if warning and not services().settings.allow_eviction:
+            # SystemExit passes through Celery's signal dispatch: the worker stops before consuming.
+            print(f"celery-ha: refusing to start: {warning} (or set CELERY_HA_ALLOW_EVICTION=1)",
+                  file=sys.stderr)
+            raise SystemExit(2)
+        if warning:
+            log.warning("%s (CELERY_HA_ALLOW_EVICTION=1: starting anyway)", warning)
+
+    def beat_init(self, **_: Any) -> None:
+        self.start_check()
+        warning = self._eviction_warning()
+        if warning:
+            log.warning(warning)
+
+    def _eviction_warning(self) -> str | None:
+        try:
+            return eviction_warning(eviction_policy(services().client))
+        except redis.RedisError as exc:  # unreachable now: the worker's own retries will say so
+            log.warning("could not read the state Redis' maxmemory-policy: %s", exc)
+            return None
+
+    def worker_process_init(self, **_: Any) -> None:
+        # The keeper thread starts after the fork; its first tick registers this child (window
+        # sizing, `celery-ha workers`). The SIGTERM handler is installed per task instead, because
+        # billiard sets its own after this signal.
+        keeper(self.app).tick()
+
+    def worker_process_shutdown(self, **_: Any) -> None:
+        flush_sends()  # the refill messages still queued in this child go out before it exits
+        stop_keeper()  # before leaving the registry: a later heartbeat would register the child again
+        tracing.flush()  # the spans a batch processor still buffers
+        rt = services()
+        unregister(rt.client, rt.settings.namespace, rt.worker_name)
+
+    def worker_ready(self, **_: Any) -> None:
+        rt = services()
+        # What this node can run, so `celery-ha enqueue` can refuse a misspelt task name.
+        register_task_names(rt.client, rt.settings.namespace, rt.node, list(REGISTRY))
+        # Plants the broker marker before any message of this worker's era can be lost, and
+        # re-sends at once what a broker that came back empty while no worker ran has lost.
+        lost = broker_lost_messages(self.app, rt)
+        if lost:
+            log.warning("the broker lost its messages (restarted empty?): re-sending dispatched tasks")
+        pump_quietly(self.app, rt, redispatch_after=0 if lost else None)
+
+    def task_failure(self, sender: Any = None, exception: BaseException | None = None, args: Any = None,
+                     **_: Any) -> None:
+        on_child_lost(services(), self.app, sender, exception, args)
+
+    def task_unknown(self, name: str = "", id: str = "", **_: Any) -> None:
+        on_unknown_task(services(), self.app, name, id)
+
+    def worker_shutting_down(self, **_: Any) -> None:
+        self.shutdown.begin(services())
+
+    def worker_shutdown(self, **_: Any) -> None:
+        flush_sends()  # a solo or threads pool ran its tasks (and their sender) in this process
+        self.shutdown.finish(services())
+        tracing.flush()

@@ -1,0 +1,56 @@
+"""The worker's start-up line: which patches are on, and how refill messages reach the broker.
+
+One INFO line in the worker's main process, after the last patch decided, e.g.::
+
+    celery-ha patches: kombu_fixes, kombu_client_reuse, quick_reconnect, child_reaper; refill
+    dispatch: script push
+
+A patch that is off shows as ``name off (why)`` (and logged its own WARNING when it switched off);
+the dispatch path is the script push (the completion's script pushes the refill's messages) or the
+Python publish, with why (``integration/dispatch/script_push.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import bootsteps
+
+from celery_ha.integration.core.services import services
+from celery_ha.integration.dispatch.script_push import startup_decision
+from celery_ha.integration.patches import registry
+from celery_ha.state.worker_registry import register_node_info
+
+log = logging.getLogger("celery_ha.patches")
+
+
+def startup_report(app: Any) -> dict[str, str]:
+    """``patches`` and ``dispatch`` (see the module docstring); the dispatch path is decided here
+    when not yet."""
+    patches = ", ".join(status.line() for status in registry.statuses()) or "none"
+    try:
+        dispatch = startup_decision(app, services()) if app is not None else "unknown (no app)"
+    except Exception as exc:  # say so, and let each pool process decide for itself later
+        dispatch = f"not decided yet ({type(exc).__name__}: {exc})"
+    return {"patches": patches, "dispatch": dispatch}
+
+
+def log_startup_line(app: Any) -> None:
+    """Log the line, and record the report for ``celery-ha workers`` (worker_registry.py)."""
+    report = startup_report(app)
+    log.info("celery-ha patches: %s; refill dispatch: %s", report["patches"], report["dispatch"])
+    rt = services()
+    register_node_info(rt.client, rt.settings.namespace, rt.node, report)
+
+
+class StartupReport(bootsteps.StartStopStep):
+    """The worker bootstep that logs the line, after the child reaper (the last patch to decide)."""
+
+    requires = ("celery_ha.integration.patches.child_reaper:FastChildReaper",)
+
+    def start(self, worker: object) -> None:
+        try:
+            log_startup_line(getattr(worker, "app", None))
+        except Exception as exc:  # a report, never a reason not to start
+            log.warning("celery-ha could not report its patches: %s", exc)

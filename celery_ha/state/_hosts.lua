@@ -1,0 +1,299 @@
+--[[ Shared include of _common: the host gate (the design is in celery_ha/state/hosts.py).
+  A task whose record carries a host key (st.h) is "gated": while queued it waits in its host's queue
+  instead of a priority band, and only a host that is eligible now hands a task out. A task without
+  st.h never touches anything here (one nil check per transition).
+  Keys, all named from PREFIX (ARGV[1], which carries KEYS[1]'s hash tag: same slot, see same_slot):
+    hcfg       hash: the namespace's defaults iv (rate spacing, ms), dl (delay, ms), cc (concurrency,
+               0 = none), bg (budget, -1 = none); on ('1': enqueue gates tasks that have a host);
+               counters seq (queue order), lrs (serve order), nq (tasks queued in host queues)
+    hready     zset: hosts with queued tasks that may hand one out now,
+               score = band * 1e12 + lr (band = 1000 - priority of the host's best task; lr = when
+               the host was last served): the best band first, then the least recently served host
+    hwait      zset: hosts with queued tasks that may not, score = the ms (Redis clock) they may, or
+               SLOT (9e15) when an event must come first (a freed concurrency slot, the claim of the
+               host's dispatched task, more budget): every such event places the host again
+    h:<host>   hash: overrides iv dl cc bg, cd (robots Crawl-delay, ms); state a (active: dispatched
+               + running), d (dispatched, unclaimed), u (handed out, counted against the budget),
+               ne (next eligible, ms), bu (blocked until, ms), bl (backoff level), br (block
+               reason), lb (last block, ms), ls (last start, ms), lr (serve order); counters done, dead
+    hosts      set: every host that ever queued a task or got a setting (the listing reads it)
+    hq:<host>  zset: the host's queued ids, score = band * 1e12 + 5e11 + seq (back of its band) or
+               - seq (front: reclaimed work), so ZPOPMIN is the best priority, then FIFO
+  Defines: host_load, host_interval, host_due, host_place, host_refile, host_batch, host_add,
+    host_flush, host_push, host_out, host_claimed, host_end, host_dead, hosts_due, host_pop.
+]]
+
+local K_HCFG, K_HREADY, K_HWAIT = PREFIX .. 'hcfg', PREFIX .. 'hready', PREFIX .. 'hwait'
+local K_HOSTS = PREFIX .. 'hosts'
+local BAND, HALF, SLOT = 1e12, 5e11, 9e15
+-- Whether hready may hold a host (nil = not known yet), and whether hready or hwait may (nil = not
+-- known yet: one EXISTS of both tells, once per script), so a namespace whose gate holds no host
+-- pays one command per script on the pop path, for hosts_due and the pop together. host_place sets
+-- both when it files a host.
+local hready_maybe, gate_maybe
+
+local function gate_busy()
+  if gate_maybe == nil then gate_maybe = redis.call('EXISTS', K_HREADY, K_HWAIT) > 0 end
+  return gate_maybe
+end
+
+local function hkey(h) return PREFIX .. 'h:' .. h end
+local function hqkey(h) return PREFIX .. 'hq:' .. h end
+
+local function hash_table(raw)
+  local t = {}
+  for i = 1, #raw, 2 do t[raw[i]] = raw[i + 1] end
+  return t
+end
+
+local host_defaults
+local function hcfg()
+  if not host_defaults then host_defaults = hash_table(redis.call('HGETALL', K_HCFG)) end
+  return host_defaults
+end
+
+local function host_load(h)
+  return hash_table(redis.call('HGETALL', hkey(h)))
+end
+
+-- A limit of the host: its override, else the namespace default, else `dflt`.
+local function hnum(hs, field, dflt)
+  local v = hs[field]
+  if v == nil or v == '' then v = hcfg()[field] end
+  return tonumber(v) or dflt
+end
+
+local function n0(v) return tonumber(v) or 0 end
+
+-- The spacing between two hand-outs of the host (ms): the largest of its rate's spacing, its delay
+-- and its robots.txt Crawl-delay.
+local function host_interval(hs)
+  return math.max(hnum(hs, 'iv', 0), hnum(hs, 'dl', 0), n0(hs.cd))
+end
+
+-- When the host may hand out its next task: 0 now, a time (ms), or SLOT (after an event).
+local function host_due(hs, now)
+  local bg = hnum(hs, 'bg', -1)
+  if bg >= 0 and n0(hs.u) >= bg then return SLOT end
+  local cc = hnum(hs, 'cc', 0)
+  if cc > 0 and n0(hs.a) >= cc then return SLOT end
+  -- A paced host has at most one unclaimed message: its next hand-out is timed from that claim, so
+  -- the starts a site sees are spaced however long a message waits in the broker.
+  local iv = host_interval(hs)
+  if n0(hs.d) > 0 and iv > 0 then return SLOT end
+  -- Timed from the last start too, so a spacing learnt after it (a Crawl-delay read by that very
+  -- task, a new rate) already counts for the next one.
+  local t = math.max(n0(hs.ne), n0(hs.bu), iv > 0 and n0(hs.ls) + iv or 0)
+  if t > now then return t end
+  return 0
+end
+
+-- File the host where its state says: in no index (no queued task), hready or hwait. `known`: the
+-- index the caller knows it is in ('ready' or 'wait'; nil = unknown), so a host staying put costs
+-- one command instead of two.
+local function host_place(h, hs, now, known)
+  local head = redis.call('ZRANGE', hqkey(h), 0, 0, 'WITHSCORES')
+  if #head == 0 then
+    redis.call('ZREM', K_HREADY, h)
+    redis.call('ZREM', K_HWAIT, h)
+    return
+  end
+  local due = host_due(hs, now)
+  if due == 0 then
+    local band = math.floor(tonumber(head[2]) / BAND)
+    redis.call('ZADD', K_HREADY, string.format('%.0f', band * BAND + n0(hs.lr)), h)
+    if known ~= 'ready' then redis.call('ZREM', K_HWAIT, h) end
+    hready_maybe, gate_maybe = true, true
+  else
+    redis.call('ZADD', K_HWAIT, string.format('%.0f', due), h)
+    if known ~= 'wait' then redis.call('ZREM', K_HREADY, h) end
+    gate_maybe = true
+  end
+end
+
+-- host_place after a change that left every input of host_due but the clock as it was (a slot freed
+-- without a concurrency limit, a claim without a spacing): the host is filed where its last
+-- placement put it, in hready (or in no index: no queued task) or in hwait with the same due time, so
+-- only a wait that has ended since moves it. One ZSCORE instead of host_place's three commands. The
+-- host is likely filed, so the pop path may look at the gate without its EXISTS (a hint: harmless
+-- when wrong, the pop's own read tells).
+local function host_refile(h, hs, now)
+  if gate_maybe == nil then gate_maybe = true end
+  if host_due(hs, now) ~= 0 then return end
+  if hready_maybe == nil then hready_maybe = true end
+  if redis.call('ZSCORE', K_HWAIT, h) then host_place(h, hs, now, 'wait') end
+end
+
+-- Ids headed for their hosts' queues, grouped by host, so a batch costs one ZADD per host.
+local function host_batch()
+  return {order = {}, items = {}, n = 0}
+end
+
+local function host_add(batch, h, p, id)
+  local items = batch.items[h]
+  if not items then
+    items = {}
+    batch.items[h] = items
+    batch.order[#batch.order + 1] = h
+  end
+  items[#items + 1] = p
+  items[#items + 1] = id
+  batch.n = batch.n + 1
+end
+
+-- Queue every collected id in its host's queue, at the back of its band (or the front), in the
+-- order collected (at the front: as if pushed one by one, the last one first), then place each host.
+local function host_flush(batch, front, now)
+  if batch.n == 0 then return end
+  local seq = redis.call('HINCRBY', K_HCFG, 'seq', batch.n) - batch.n
+  redis.call('HINCRBY', K_HCFG, 'nq', batch.n)
+  for _, h in ipairs(batch.order) do
+    local items, args = batch.items[h], {}
+    for j = 1, #items, 2 do
+      seq = seq + 1
+      local base = (1000 - tonumber(items[j])) * BAND + HALF
+      args[#args + 1] = string.format('%.0f', front and base - seq or base + seq)
+      args[#args + 1] = items[j + 1]
+    end
+    for j = 1, #args, 2000 do
+      redis.call('ZADD', hqkey(h), unpack(args, j, math.min(j + 1999, #args)))
+    end
+    redis.call('SADD', K_HOSTS, h)
+    host_place(h, host_load(h), now)
+  end
+end
+
+local function host_push(id, st, front, now)
+  local batch = host_batch()
+  host_add(batch, st.h, st.p or '0', id)
+  host_flush(batch, front, now)
+end
+
+-- A task of host h leaves its queue for a worker: `mode` 'd' dispatched (one more unclaimed
+-- message) or 'c' claimed at once. Counts it against the concurrency and the budget, marks the host
+-- served, and moves its next eligible time one interval on.
+local function host_out(h, now, mode, hs, known)
+  hs = hs or host_load(h)
+  local iv = host_interval(hs)
+  hs.a = tostring(n0(hs.a) + 1)
+  hs.u = tostring(n0(hs.u) + 1)
+  hs.lr = tostring(redis.call('HINCRBY', K_HCFG, 'lrs', 1))
+  if mode == 'd' then hs.d = tostring(n0(hs.d) + 1) else hs.ls = string.format('%.0f', now) end
+  if iv > 0 then hs.ne = string.format('%.0f', math.max(n0(hs.ne), now + iv)) end
+  redis.call('HSET', hkey(h), 'a', hs.a, 'u', hs.u, 'lr', hs.lr, 'd', hs.d or '0', 'ls', hs.ls or '0',
+             'ne', hs.ne or '0')
+  host_place(h, hs, now, known)
+end
+
+-- A dispatched task of host h was claimed: its message is no longer waiting, and the next hand-out
+-- is timed from this start.
+local function host_claimed(h, now, hs)
+  hs = hs or host_load(h)
+  local iv = host_interval(hs)
+  hs.d = tostring(math.max(0, n0(hs.d) - 1))
+  hs.ls = string.format('%.0f', now)
+  hs.ne = string.format('%.0f', math.max(n0(hs.ne), now + iv))
+  redis.call('HSET', hkey(h), 'd', hs.d, 'ls', hs.ls, 'ne', hs.ne)
+  if iv > 0 then host_place(h, hs, now) else host_refile(h, hs, now) end
+end
+
+-- A task of host h stops holding one of its slots (it was running, or dispatched when `dispatched`):
+-- completed (`done`), failed, handed back, reclaimed or cancelled. The host may be eligible again.
+local function host_end(h, now, done, dispatched)
+  local hs = host_load(h)
+  local fields = {'a', tostring(math.max(0, n0(hs.a) - 1))}
+  hs.a = fields[2]
+  if dispatched then
+    hs.d = tostring(math.max(0, n0(hs.d) - 1))
+    fields[3], fields[4] = 'd', hs.d
+  end
+  if done then -- the counter in the same HSET: the script read it, nothing else writes meanwhile
+    hs.done = tostring(n0(hs.done) + 1)
+    local n = #fields
+    fields[n + 1], fields[n + 2] = 'done', hs.done
+  end
+  redis.call('HSET', hkey(h), unpack(fields))
+  -- The active count matters to host_due only under a concurrency limit, the dispatched one only
+  -- with a spacing: without them the host's filing is what it was.
+  if hnum(hs, 'cc', 0) > 0 or (dispatched and host_interval(hs) > 0) then
+    host_place(h, hs, now)
+  else
+    host_refile(h, hs, now)
+  end
+end
+
+local function host_dead(h)
+  redis.call('HINCRBY', hkey(h), 'dead', 1)
+end
+
+-- Move the hosts whose waiting time has come to hready (at most 1000 per call; the rest next call).
+local function hosts_due(now)
+  if not gate_busy() then return end
+  local due = redis.call('ZRANGEBYSCORE', K_HWAIT, '-inf', string.format('%.0f', now), 'LIMIT', '0', '1000')
+  for _, h in ipairs(due) do host_place(h, host_load(h), now) end
+end
+
+-- The host whose task host_pop handed out last in 'c' mode, with its state as read then (grant()
+-- counts the hand-out without reading it again).
+local popped_host, popped_state
+
+-- Take the best queued task of the best eligible host (`first`: hready's first host, when the caller
+-- just read it), or nil when no host is eligible. In 'd' mode the hand-out is counted here
+-- (host_out); in 'c' mode grant() counts it. Returns id, state, payload.
+local function host_pop(now, mode, first)
+  if hready_maybe == nil then hready_maybe = gate_busy() end -- then the ZRANGE below tells
+  if not hready_maybe then return nil end
+  for _ = 1, 64 do
+    local h = first
+    first = nil
+    if not h then
+      local top = redis.call('ZRANGE', K_HREADY, 0, 0)
+      if #top == 0 then
+        hready_maybe = false
+        return nil
+      end
+      h = top[1]
+    end
+    local hs = host_load(h)
+    -- hready is kept by the events that change a host, but a limit lowered since (or a count
+    -- changed by a concurrent path of this script) is checked again at the pop.
+    local popped = host_due(hs, now) == 0 and redis.call('ZPOPMIN', hqkey(h)) or {}
+    if #popped == 0 then
+      host_place(h, hs, now)
+    else
+      redis.call('HINCRBY', K_HCFG, 'nq', -1)
+      local id = popped[1]
+      local st, payload = load(id)
+      if st and st.s == 'q' and st.h == h then
+        if mode == 'd' then
+          host_out(h, now, 'd', hs, 'ready') -- popped from hready: it is filed there
+        else
+          popped_host, popped_state = h, hs
+        end
+        return id, st, payload
+      end
+      host_place(h, hs, now) -- a stray id: dropped
+    end
+  end
+  return nil
+end
+
+-- The best band among the eligible hosts, as a priority, and the host at its head; or nil.
+local function host_top_priority()
+  if hready_maybe == nil then hready_maybe = gate_busy() end -- then the ZRANGE below tells
+  if not hready_maybe then return nil end
+  local top = redis.call('ZRANGE', K_HREADY, 0, 0, 'WITHSCORES')
+  if #top == 0 then
+    hready_maybe = false
+    return nil
+  end
+  return 1000 - math.floor(tonumber(top[2]) / BAND), top[1]
+end
+
+-- The state host_pop read for host h in 'c' mode (taken once), or nil.
+local function host_popped(h)
+  if popped_host ~= h then return nil, nil end
+  local hs = popped_state
+  popped_host, popped_state = nil, nil
+  return hs, 'ready'
+end

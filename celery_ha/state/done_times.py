@@ -1,0 +1,108 @@
+"""When finished dedup tasks finished: a batched read of the remembered ids for callers that decide per
+URL, and the Python side of their layout (``_remembered.lua``, whose header describes it).
+
+Every finished dedup id is remembered in one of ~119,000 small hashes per shard, its field 7 bytes
+of the id, its value the completion hour (whole hours since 2026-01-01, Redis clock): ~13 bytes per
+URL in a listpack instead of a sorted-set entry's ~110. Enqueue's recrawl window is one age for a whole
+call; a sitemap knows a different ``lastmod`` per URL, so its ingestion reads the completion times of a
+batch first (one HGET per id, pipelined per shard: one round trip per batch, a second one for the
+exact time of those the completed history still holds) and decides per URL. Read-only: the enqueue
+that follows stays the atomic judge of what is new.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import redis
+
+from celery_ha.state.ids import ALPHABET, ID_LEN
+from celery_ha.state.keys import QueueKeys
+from celery_ha.state.sharded import by_shard
+from celery_ha.state.shards import shard_keys
+
+DONE_EPOCH_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: hour 0 (must match _remembered.lua)
+HOUR_MS = 3_600_000
+_INDEX = {c: i for i, c in enumerate(ALPHABET)}
+
+
+def done_slot(prefix: str, task_id: str) -> tuple[str, bytes]:
+    """(bucket key, field) that remember ``task_id`` under ``prefix`` (``done_slot`` of _remembered.lua)."""
+    v = [_INDEX.get(c, -1) for c in task_id]
+    if len(v) != ID_LEN or min(v) < 0:
+        return prefix + "d:~", task_id.encode()
+    a = ((v[3] * 62 + v[4]) * 62 + v[5]) * 62 + v[6]
+    b = 0
+    for x in v[7:]:
+        b = b * 62 + x
+    b = b * 2 + v[2] % 2
+    return prefix + "d:" + task_id[:2] + ALPHABET[v[2] // 2], a.to_bytes(3, "big") + b.to_bytes(4, "big")
+
+
+def done_bit(task_id: str) -> int | None:
+    """The bit of ``task_id``'s bucket in the bitmap ``dk`` of the buckets that may hold ids (None for
+    the bucket ``d:~`` of ids of another shape, which has none)."""
+    v = [_INDEX.get(c, -1) for c in task_id]
+    if len(v) != ID_LEN or min(v) < 0:
+        return None
+    return (v[0] * 62 + v[1]) * 31 + v[2] // 2
+
+
+def hour_ms(hour: int | str | bytes) -> int:
+    """The start (ms, Redis clock) of a remembered completion hour."""
+    return DONE_EPOCH_MS + int(hour) * HOUR_MS
+
+
+def finished_at(client: redis.Redis, namespace: str, shard_count: int, ids: Sequence[str]
+                ) -> list[int | None]:
+    """The completion time (ms, Redis clock) of each remembered dedup id, None where it has not
+    finished (or the sweep already forgot it), in the order of ``ids``. Exact while the completed
+    history holds the task's record, else the start of its completion hour (up to an hour early: a
+    sitemap lastmod within the hour of the crawl counts as newer, so the page is fetched again)."""
+    if not ids:
+        return []
+    keys = shard_keys(namespace, shard_count)
+    groups = by_shard(ids, shard_count)
+    pipe = client.pipeline(transaction=False)
+    for shard, positions in groups.items():
+        for p in positions:
+            pipe.hget(*done_slot(keys[shard].prefix, ids[p]))
+        pipe.zmscore(keys[shard].done, [ids[p] for p in positions])  # the layout before the buckets
+    replies = iter(pipe.execute())
+    out: list[int | None] = [None] * len(ids)
+    hourly: list[tuple[int, int]] = []  # (position, shard) of hour starts: the record may say better
+    for shard, positions in groups.items():
+        hours = [next(replies) for _ in positions]
+        for p, hour, score in zip(positions, hours, next(replies), strict=True):
+            if hour is not None:
+                out[p] = hour_ms(hour)
+                hourly.append((p, shard))
+            elif score is not None:
+                out[p] = int(score)
+    if hourly:
+        pipe = client.pipeline(transaction=False)
+        for p, shard in hourly:
+            pipe.hget(keys[shard].tasks, ids[p])
+        for (p, _), raw in zip(hourly, pipe.execute(), strict=True):
+            if raw:
+                text = raw.decode() if isinstance(raw, bytes) else raw
+                st = json.loads(text.partition("\n")[0])
+                if st.get("s") == "c":
+                    out[p] = int(st["ut"])
+    return out
+
+
+def remembered(client: redis.Redis, keys: QueueKeys, task_id: str) -> bool:
+    """Whether one shard remembers ``task_id`` as finished (tests, tooling)."""
+    return (client.hexists(*done_slot(keys.prefix, task_id))
+            or client.zscore(keys.done, task_id) is not None)
+
+
+def count_remembered(client: redis.Redis, keys: QueueKeys) -> int:
+    """How many ids one shard remembers, counted in the buckets (SCAN: O(keys); tests, tooling; the
+    ``remembered`` count of ``stats()`` is the O(1) one) plus the layout before them."""
+    pipe = client.pipeline(transaction=False)
+    for key in client.scan_iter(match=keys.prefix + "d:*", count=1000):
+        pipe.hlen(key)
+    return sum(pipe.execute()) + int(client.zcard(keys.done))

@@ -1,0 +1,151 @@
+"""Enqueueing (``enqueue``, ``enqueue_many``, ``task_ids``), as a base class of
+:class:`~celery_ha.state.taskqueue.TaskQueue`: specs are checked and packed first
+(:mod:`celery_ha.state.enqueue_args`), then written by ``enqueue.lua`` in batches of
+``SCRIPT_BATCH`` rows, one round trip per shard a batch touches. The server decides dedup
+atomically; a host key made under a key mode no longer in force is refused by the script and the
+rows are keyed again (the mode changed while this process held an old copy).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import redis
+
+from celery_ha.base.errors import InvalidInput
+from celery_ha.base.tracing import capture
+from celery_ha.base.urls import UrlRules
+from celery_ha.base.validation import shown
+from celery_ha.state.enqueue_args import (
+    MAX_BATCH,
+    SCRIPT_BATCH,
+    Row,
+    RowDefaults,
+    build_rows,
+    grouped,
+    on_host_shard,
+    rekey,
+)
+from celery_ha.state.hosts import HostGate
+from celery_ha.state.ids import random_id
+from celery_ha.state.operator_ops import expiry_ms
+from celery_ha.state.sharded import by_shard
+from celery_ha.state.url_rules import check_rules, set_rules
+
+
+class EnqueueOps:
+    """Enqueueing of one namespace (every shard); TaskQueue provides the attributes."""
+
+    client: redis.Redis
+    namespace: str
+    shard_count: int
+    default_task: str
+    max_attempts: int
+    max_stalls: int
+    meta_cap: int
+    host_gate: bool
+    dedup_ttl: float | None
+    url_rules: UrlRules
+    _rules_checked: bool
+    _key_mode: str | None
+    _key_mode_at: float
+    _run: Callable[..., Any]
+    hosts: HostGate  # TaskQueue's property (a gate made on each use)
+
+    def enqueue(self, url: str, task: str | None = None, priority: int = 0,
+                meta: Mapping[str, Any] | None = None, dedup: bool = True,
+                max_attempts: int | None = None, max_stalls: int | None = None,
+                recrawl_after: float | str | None = None, host: str | None = None) -> str:
+        """Queue one task and return its id; a duplicate (same task + canonical URL, live or finished
+        less than ``recrawl_after`` ago, default the queue's ``dedup_ttl``) returns the existing id and
+        counts in ``stats()['duplicates']``. ``host``: the task's host key for the host gate (default
+        the URL's host; "" = none)."""
+        return self.enqueue_many([{"url": url, "task": task, "priority": priority, "meta": meta,
+                                   "dedup": dedup, "max_attempts": max_attempts,
+                                   "max_stalls": max_stalls, "host": host}], recrawl_after=recrawl_after)[0]
+
+    def enqueue_many(self, specs: Iterable[str | Mapping[str, Any]], *, task: str | None = None,
+                     priority: int = 0, dedup: bool = True, batch_size: int = SCRIPT_BATCH,
+                     recrawl_after: float | str | None = None) -> list[str]:
+        """Queue many tasks, one round trip per batch. Each spec is a URL or a dict with the keyword
+        arguments of :meth:`enqueue` (but ``recrawl_after``, which is the call's). Every spec is
+        validated before anything is written."""
+        return [tid for tid, _ in self.enqueue_many_with_status(
+            specs, task=task, priority=priority, dedup=dedup, batch_size=batch_size,
+            recrawl_after=recrawl_after)]
+
+    def task_ids(self, specs: Iterable[str | Mapping[str, Any]], *, task: str | None = None,
+                 priority: int = 0, dedup: bool = True) -> list[str]:
+        """Validate specs exactly as :meth:`enqueue_many` does and return the ids they would get
+        (random ones for ``dedup=False``), writing nothing: InvalidInput for a bad spec."""
+        return [row[0] for row in self._rows(specs, task, priority, dedup)]
+
+    def _rows(self, specs: Iterable[str | Mapping[str, Any]], task: str | None, priority: int,
+              dedup: bool, mode: str | None = None) -> list[Row]:
+        """Rows with host keys made under ``mode`` (default: the namespace's key mode as this process
+        last read it, else ``host``: no Redis read here, since :meth:`task_ids` must work while Redis
+        is away; enqueue and the replay check or read the mode themselves)."""
+        mode = mode or self._key_mode or "host"
+        # The caller's trace context goes with the tasks (one look-up per call; None without tracing).
+        return build_rows(specs, RowDefaults(
+            task or self.default_task, priority, dedup, self.max_attempts, self.max_stalls, self.meta_cap,
+            self.shard_count, self.host_gate, capture(), mode, self.url_rules))
+
+    def set_url_rules(self, rules: UrlRules) -> None:
+        """Record ``rules`` as the namespace's URL canonicalisation and use them (``state/url_rules.py``)."""
+        self.url_rules, self._rules_checked = set_rules(self.client, self.namespace, rules), True
+
+    def enqueue_many_with_status(self, specs: Iterable[str | Mapping[str, Any]], *,
+                                 task: str | None = None, priority: int = 0, dedup: bool = True,
+                                 batch_size: int = SCRIPT_BATCH, recrawl_after: float | str | None = None
+                                 ) -> list[tuple[str, bool]]:
+        """Like :meth:`enqueue_many`, with each id paired with True when this call created the task
+        (or started a new run of one finished ``recrawl_after`` ago) and False when it was a duplicate
+        (decided atomically by the server, not by a pre-check)."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+            raise InvalidInput(f"batch_size must be an integer, got {shown(batch_size)}")
+        batch_size = max(1, min(batch_size, MAX_BATCH))
+        window = expiry_ms(self.dedup_ttl if recrawl_after is None else recrawl_after, "recrawl_after")
+        # The key mode as last read, or 'host' before any read: enqueue.lua refuses keys made under a
+        # mode no longer in force (only while the gate is on, when they matter), so no read is paid.
+        mode = self._key_mode or "host"
+        rows = self._rows(specs, task, priority, dedup, mode)
+        if not self._rules_checked and any(row[2] == "1" for row in rows):  # before any write
+            self._rules_checked = check_rules(self.client, self.namespace, self.url_rules)
+        created: dict[int, bool] = {}
+        mode_changes = 0
+        for start in range(0, len(rows), batch_size):
+            pending = list(range(start, min(start + batch_size, len(rows))))
+            while pending:  # one round trip per shard the batch touches
+                again: list[int] = []
+                for shard, at in by_shard([rows[i][0] for i in pending], self.shard_count).items():
+                    part = [pending[a] for a in at]
+                    codes = self._run("enqueue", window, mode, *grouped([rows[i] for i in part]), shard=shard)
+                    if isinstance(codes, bytes):
+                        codes = codes.decode()
+                    if codes.startswith("!"):
+                        # The namespace's host key mode changed since this process read it: nothing
+                        # was written; the keys of this part and of every later batch are made again.
+                        mode_changes += 1
+                        if mode_changes > 10:
+                            raise InvalidInput(f"the host key mode of namespace {self.namespace} keeps "
+                                               f"changing (now {codes[1:]!r}); enqueue again")
+                        mode = self._key_mode = codes[1:]
+                        self._key_mode_at = time.monotonic()
+                        rekey([rows[i] for i in part] + rows[start + batch_size:], mode, self.host_gate,
+                              self.shard_count)
+                        again += part
+                        continue
+                    # One char per task: '1' new, '0' duplicate, '-' a random id met an existing one
+                    # (astronomically rare): retried with a new id.
+                    created.update((i, code == "1") for i, code in zip(part, codes, strict=True))
+                    again += [i for i, code in zip(part, codes, strict=True) if code == "-"]
+                pending = again
+                for i in pending:
+                    rows[i][0] = random_id()
+                    if self.host_gate and self.shard_count > 1 and rows[i][7]:
+                        rows[i][0] = on_host_shard(rows[i][0], rows[i][7], False, "", "", self.shard_count)
+        return [(row[0], created[i]) for i, row in enumerate(rows)]
+

@@ -1,0 +1,61 @@
+--[[ Hold a host back, or let it go: the fleet-wide politeness of a host (an operator's block, a
+  Retry-After, a 429/503 without one, a refusal at fetch time). Its queued tasks stay queued and cost
+  no worker slot; tasks already running are not touched.
+  KEYS: the task-state layout (_common); none is touched but through the prefix.
+  Same slot: the host gate's keys (_hosts.lua: h, hq, hcfg,
+    hosts, hready, hwait) are named from ARGV[1], the prefix every KEYS entry
+    starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
+  ARGV[1] namespace prefix
+  ARGV[2] host key
+  ARGV[3] op: 'block' (blocked until now + ms, with the reason; replaces a block), 'extend' (the
+    same, but never shortens a block: a Retry-After), 'backoff' (the backoff level grows by one, after
+    being forgiven when the last block is older than the forgiveness; blocked for
+    min(cap, ms x 2^(level-1)) ms, scaled by a jitter factor between 1 - jitter and 1 + jitter),
+    'unblock' (block and backoff level cleared), 'defer' (next eligible no earlier than now + ms: a
+    refusal's retry time), 'start' (a request to the host goes out, or got its answer, now: the host's spacing counts
+    from here, however long the task took to get to it)
+  ARGV[4] ms: the block's length, the backoff's start, or the deferral
+  ARGV[5] reason (block, extend, backoff)
+  ARGV[6] backoff: the cap (ms)
+  ARGV[7] backoff: forgiveness (ms without a block after which the level starts again)
+  ARGV[8] backoff: jitter (a fraction)
+  Reply: the host's blocked-until time (ms, Redis clock; 0 = not blocked)
+]]
+--#include _common
+local h, op = ARGV[2], ARGV[3]
+local now = now_ms()
+local hs = host_load(h)
+local ms = tonumber(ARGV[4]) or 0
+local fields
+if op == 'block' or op == 'extend' then
+  local bu = now + ms
+  if op == 'extend' then bu = math.max(bu, n0(hs.bu)) end
+  hs.bu = string.format('%.0f', bu)
+  fields = {'bu', hs.bu, 'br', ARGV[5], 'lb', string.format('%.0f', now)}
+elseif op == 'backoff' then
+  local level = n0(hs.bl)
+  if now - n0(hs.lb) > (tonumber(ARGV[7]) or 0) then level = 0 end
+  level = level + 1
+  local t = redis.call('TIME')
+  math.randomseed(tonumber(t[2]) + level * 7919)
+  local jitter = tonumber(ARGV[8]) or 0
+  local span = math.min(tonumber(ARGV[6]), ms * 2 ^ (level - 1)) * (1 + jitter * (2 * math.random() - 1))
+  hs.bu = string.format('%.0f', math.max(n0(hs.bu), now + math.floor(span)))
+  fields = {'bu', hs.bu, 'bl', tostring(level), 'br', ARGV[5], 'lb', string.format('%.0f', now)}
+elseif op == 'unblock' then
+  hs.bu = '0'
+  fields = {'bu', '0', 'bl', '0', 'br', ''}
+elseif op == 'start' then
+  hs.ls = string.format('%.0f', math.max(n0(hs.ls), now))
+  fields = {'ls', hs.ls}
+elseif op == 'defer' then
+  hs.ne = string.format('%.0f', math.max(n0(hs.ne), now + ms))
+  fields = {'ne', hs.ne}
+else
+  return redis.error_reply('ERR celery-ha: unknown host op ' .. tostring(op))
+end
+redis.call('HSET', hkey(h), unpack(fields))
+redis.call('HSET', K_HCFG, 'on', '1')
+redis.call('SADD', K_HOSTS, h)
+host_place(h, hs, now)
+return hs.bu and tonumber(hs.bu) > now and tonumber(hs.bu) or 0

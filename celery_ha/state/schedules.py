@@ -1,0 +1,182 @@
+"""Refetch schedules: a finished task runs again when its time comes, set once in Redis for everyone.
+
+A schedule belongs to a task name (``crawl_list`` daily, ``fetch_page`` weekly), to a host (every task
+of ``news.example`` hourly), or to both (``fetch_page`` on ``news.example``); the most specific one
+applies. Schedules live in Redis, not in the processes, so every worker, beat and CLI agree: each shard
+holds a copy (its scripts may read only keys of their own slot), written by :meth:`set_schedule`.
+
+What happens (``_refetch.lua``): at each completion the script looks up the task's schedule and, if it
+has one, stores the next run's due time in the shard's ``refetch`` index and keeps the completed record
+(the history's trim no longer deletes it: it is what queues the run again). The maintenance sweep calls
+:meth:`refetch_due`, which queues due runs (bounded per call) at the back of their band or through
+their host's queue, so the host gate paces refetches like any other work, however old the completion.
+
+Adaptive schedules follow Nutch's AdaptiveFetchSchedule: the run's output verdict — ``ctx.signature``
+(a digest of the page, or of the emitted items) compared with the previous run's, or a 304 to a
+conditional request — multiplies the interval by 1.4 when unchanged and by 0.8 when changed, within
+[min, max]. A run without a verdict keeps the interval.
+
+Memory: a scheduled task keeps its record (~200-250 B with a 60-character URL) while it waits; an
+unscheduled finished URL is only a dedup id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from celery_ha.base.errors import InvalidInput
+from celery_ha.base.hosts import check_host_key
+from celery_ha.base.validation import check_int, check_task_name, parse_duration
+from celery_ha.state.keys import QueueKeys
+
+#: Shortest interval a schedule may have (seconds).
+MIN_INTERVAL = 1.0
+#: An adaptive schedule's bounds when not given: a quarter of the interval, and eight times it.
+ADAPT_LOW, ADAPT_HIGH = 0.25, 8.0
+HOSTS_FLAG = "_h"  # present in the sched hash while any host entry exists (_refetch.lua reads it)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One refetch schedule: for ``task`` (None: every task), on ``host`` (None: every host)."""
+
+    task: str | None
+    host: str | None
+    every: float  # seconds; 0 = never refetch (an exception to a broader schedule)
+    min_every: float
+    max_every: float
+    adaptive: bool
+
+    @property
+    def field(self) -> str:
+        return schedule_field(self.task, self.host)
+
+    def encoded(self) -> str:
+        return f"{int(self.every)}|{int(self.min_every)}|{int(self.max_every)}|{int(self.adaptive)}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"task": self.task, "host": self.host, "every": self.every, "min_every": self.min_every,
+                "max_every": self.max_every, "adaptive": self.adaptive}
+
+
+def schedule_field(task: str | None, host: str | None) -> str:
+    """The ``sched`` hash field of a schedule (must match schedule_of() in _refetch.lua)."""
+    if task is not None and host is not None:
+        return f"t:{task}@{host}"
+    if task is not None:
+        return f"t:{task}"
+    if host is not None:
+        return f"h:{host}"
+    raise InvalidInput("a schedule needs a task name, a host, or both")
+
+
+def _parse(field: str, value: str) -> Schedule | None:
+    kind, _, rest = field.partition(":")
+    parts = value.split("|")
+    if kind not in ("t", "h") or len(parts) != 4 or not all(p.isdigit() for p in parts):
+        return None
+    task, host = (rest.partition("@")[0], rest.partition("@")[2] or None) if kind == "t" else (None, rest)
+    every, low, high, adapt = parts
+    return Schedule(task, host, float(every), float(low), float(high), adapt == "1")
+
+
+def make_schedule(task: str | None, host: str | None, every: float | str, min_every: float | str | None,
+                  max_every: float | str | None, adaptive: bool) -> Schedule:
+    """A checked schedule: durations as seconds or "15m", "1d", "2w"; bounds defaulted (see module)."""
+    task = None if task is None else check_task_name(task)
+    host = None if host is None else check_host_key(host)
+    schedule_field(task, host)
+    seconds = parse_duration(every, "every")
+    if seconds == 0:
+        return Schedule(task, host, 0.0, 0.0, 0.0, False)
+    if seconds < MIN_INTERVAL:
+        raise InvalidInput(f"every must be at least {MIN_INTERVAL:g} seconds (or 0: never), got {every!r}")
+    low = parse_duration(min_every, "min_every") if min_every is not None else (
+        max(MIN_INTERVAL, seconds * ADAPT_LOW) if adaptive else seconds)
+    high = parse_duration(max_every, "max_every") if max_every is not None else (
+        seconds * ADAPT_HIGH if adaptive else seconds)
+    if not (MIN_INTERVAL <= low <= seconds <= high):
+        raise InvalidInput(f"a schedule needs {MIN_INTERVAL:g} s <= min_every <= every <= max_every, got "
+                           f"min {low:g} s, every {seconds:g} s, max {high:g} s")
+    if not adaptive and (low, high) != (seconds, seconds):
+        raise InvalidInput("min_every and max_every bound an adaptive schedule: add adaptive=True")
+    return Schedule(task, host, round(seconds), round(low), round(high), bool(adaptive))
+
+
+class ScheduleOps:
+    """Schedules and scheduled runs; a mixin of :class:`TaskQueue` (which provides the attributes)."""
+
+    shard_count: int
+    client: Any
+    _shards: list[QueueKeys]
+    _run: Callable[..., Any]
+
+    def set_schedule(self, task: str | None = None, host: str | None = None, *, every: float | str,
+                     min_every: float | str | None = None, max_every: float | str | None = None,
+                     adaptive: bool = False) -> Schedule:
+        """Refetch tasks named ``task`` (and/or on ``host``) ``every`` seconds (or "1d", "1w") after
+        each completion; ``adaptive`` moves the interval within [min_every, max_every] by whether the
+        output changed. ``every=0`` means never (an exception to a broader schedule). Applies from
+        each task's next completion; returns the stored schedule."""
+        schedule = make_schedule(task, host, every, min_every, max_every, adaptive)
+        pipe = self.client.pipeline(transaction=False)
+        for keys in self._shards:
+            pipe.hset(keys.schedules, schedule.field, schedule.encoded())
+            if schedule.host is not None:
+                pipe.hset(keys.schedules, HOSTS_FLAG, "1")
+        pipe.execute()
+        return schedule
+
+    def unset_schedule(self, task: str | None = None, host: str | None = None) -> bool:
+        """Remove a schedule (tasks already waiting for a run keep it; later completions do not
+        schedule one). Returns whether it existed."""
+        task = None if task is None else check_task_name(task)
+        host = None if host is None else check_host_key(host)
+        field = schedule_field(task, host)
+        existed = False
+        for keys in self._shards:
+            existed = bool(self.client.hdel(keys.schedules, field)) or existed
+            if not any(f.startswith("h:") or "@" in f for f in self.client.hkeys(keys.schedules)):
+                self.client.hdel(keys.schedules, HOSTS_FLAG)
+        return existed
+
+    def schedules(self) -> list[Schedule]:
+        """Every schedule (from the first shard: each holds the same copy), task ones first."""
+        raw = self.client.hgetall(self._shards[0].schedules)
+        out = [s for f, v in raw.items() if f != HOSTS_FLAG and (s := _parse(f, v)) is not None]
+        return sorted(out, key=lambda s: (s.task is None, s.task or "", s.host or ""))
+
+    def refetch_due(self, limit: int = 250, max_calls: int = 40) -> int:
+        """Queue the scheduled runs whose time came (the sweep calls it): at most ``limit`` per script
+        call (short calls: other clients wait behind each) and ``max_calls`` calls per shard. Returns
+        how many were queued."""
+        limit = check_int("limit", limit, 1, 10_000)
+        calls = check_int("max_calls", max_calls, 1, 1_000_000)
+        total = 0
+        for shard in range(self.shard_count):
+            for _ in range(calls):
+                queued, _dropped, more = (int(x) for x in self._run("refetch_due", limit, shard=shard))
+                total += queued
+                if not more:
+                    break
+        return total
+
+    def refetch_pending(self) -> dict[str, int]:
+        """How many runs wait for their time (``waiting``) and how many are due now (``due``)."""
+        seconds, micros = self.client.time()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        pipe = self.client.pipeline(transaction=False)
+        for keys in self._shards:
+            pipe.zcard(keys.refetch)
+            pipe.zcount(keys.refetch, "-inf", now_ms)
+        counts = pipe.execute()
+        return {"waiting": sum(counts[0::2]), "due": sum(counts[1::2])}
+
+    def refetch_ids(self) -> Iterator[str]:
+        """Ids of every task waiting for a scheduled run, read in batches (the recrawl verb's
+        selections read them with the completed history)."""
+        for keys in self._shards:
+            for member, _score in self.client.zscan_iter(keys.refetch, count=1000):
+                yield member

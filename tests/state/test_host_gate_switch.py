@@ -1,0 +1,93 @@
+"""The host gate switched on over existing work, and off again, against a real Redis: tasks queued
+before the gate existed (no host key) still dispatch and run beside gated ones; switching it off
+stops gating new tasks while the gated ones drain under their limits; ``stats`` (CLI and web) count
+the tasks waiting on blocked or not-yet-eligible hosts; the oldest-queued figure sees host queues."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+
+from celery_ha import TaskQueue
+from celery_ha.monitoring.dashboard import Reader, stats_snapshot
+from celery_ha.proxy import ProxyPool
+from celery_ha.redisio.clock import redis_now_ms
+from celery_ha.state.metrics import read_queue_metrics
+from tests.support.invariants import check_invariants
+
+
+@pytest.fixture
+def q(redis_url: str) -> TaskQueue:
+    return TaskQueue.from_url(redis_url, "sw", lease_ttl=30)
+
+
+def dispatch_all(q: TaskQueue) -> dict:
+    """Dispatch as the pump does, then claim each message as a worker would: the leases by id."""
+    out: dict = {}
+    while sent := q.dispatch(100):
+        for d in sent:
+            lease = q.claim(d.task_id, "w")
+            assert lease is not None
+            out[d.task_id] = lease
+    return out
+
+
+def test_tasks_queued_before_the_gate_still_dispatch_beside_gated_ones(q: TaskQueue, r: redis.Redis) -> None:
+    old = q.enqueue_many([f"http://a.example/old{i}" for i in range(3)])  # gate off: no host key
+    assert {q.get(t).host for t in old} == {None}
+    q.hosts.set("a.example", concurrency=1)  # the gate comes on
+    new = q.enqueue_many([f"http://a.example/new{i}" for i in range(3)])
+    assert {q.get(t).host for t in new} == {"a.example"}
+    got = dispatch_all(q)
+    # Every old task goes out (its band, ungated); of the gated ones, only the concurrency's one.
+    assert set(old) <= set(got) and len(set(got) & set(new)) == 1
+    check_invariants(r, q)
+
+
+def test_switching_the_gate_off_stops_gating_new_tasks_and_drains_the_gated(q: TaskQueue, r: redis.Redis
+                                                                            ) -> None:
+    q.hosts.set("a.example", concurrency=1)
+    gated = q.enqueue_many([f"http://a.example/g{i}" for i in range(2)])
+    q.hosts.switch(False)
+    assert not q.hosts.enabled()
+    plain = q.enqueue_many([f"http://a.example/p{i}" for i in range(2)])
+    assert {q.get(t).host for t in plain} == {None}
+    first = dispatch_all(q)
+    assert set(plain) <= set(first) and len(set(first) & set(gated)) == 1  # still one at a time
+    assert dispatch_all(q) == {}
+    done = next(t for t in first if t in gated)
+    q.complete(first[done])  # the host's slot comes back: the other gated task goes out
+    assert list(dispatch_all(q)) == [t for t in gated if t != done]
+    check_invariants(r, q)
+    q.hosts.switch(True)
+    assert q.hosts.enabled()
+    check_invariants(r, q)
+
+
+def test_stats_count_tasks_waiting_on_blocked_and_not_yet_eligible_hosts(
+        q: TaskQueue, r: redis.Redis, redis_url: str) -> None:
+    q.hosts.set("a.example", delay=600)
+    q.enqueue_many([f"http://a.example/{i}" for i in range(3)] + [f"http://b.example/{i}" for i in range(2)]
+                   + ["http://c.example/0"])
+    q.hosts.block("b.example", 600, "429")
+    assert q.claim_next("w").task.host in ("a.example", "c.example")
+    assert q.claim_next("w").task.host in ("a.example", "c.example")
+    doc = stats_snapshot(Reader(r, q, ProxyPool(r, "sw"), 30))
+    # a: 2 left behind its 600 s delay; b: 2 behind its block; c: done.
+    assert doc["hosts"] == {"blocked": 2, "not_eligible": 2, "eligible": 0}
+    json.dumps(doc)
+
+
+def test_the_oldest_queued_figure_sees_the_host_queues(q: TaskQueue, r: redis.Redis) -> None:
+    q.hosts.set_defaults(concurrency=1)
+    tid = q.enqueue("http://a.example/old")
+    q.enqueue("http://b.example/new")
+    raw = r.hget(q.keys.tasks, tid)
+    head, _, body = raw.partition("\n")
+    st = json.loads(head)
+    st["ct"] = str(redis_now_ms(r) - 90_000)
+    r.hset(q.keys.tasks, tid, json.dumps(st, separators=(",", ":")) + "\n" + body)
+    m = read_queue_metrics(r, "sw")
+    assert m.oldest_ready_ms is not None and 90 <= (m.now_ms - m.oldest_ready_ms) / 1000 < 100

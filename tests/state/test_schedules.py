@@ -1,0 +1,199 @@
+"""Refetch schedules on a real Redis: set once for every process, a completion schedules the next run
+and keeps the record past the history's trim, the sweep's refetch_due queues due runs (through the host
+gate when on), the most specific schedule wins, adaptive intervals follow the output's signature."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from celery_ha.base.errors import InvalidInput
+from celery_ha.state import TaskQueue
+from celery_ha.state.records import Lease
+from tests.support.celery_helpers import wait_for
+from tests.support.invariants import check_invariants
+
+
+@pytest.fixture
+def q(redis_url: str) -> TaskQueue:
+    return TaskQueue(redis.Redis.from_url(redis_url, decode_responses=True), "sc", history_max=2)
+
+
+def _run(q: TaskQueue, tid: str, verdict: str = "") -> Lease:
+    lease = q.claim(tid, "w:1")
+    assert lease is not None, q.get(tid)
+    lease.verdict = verdict
+    q.complete(lease)
+    return lease
+
+
+def _due_in(q: TaskQueue, tid: str) -> float:
+    """Seconds from now (Redis clock) until the task's scheduled run."""
+    score = q.client.zscore(q.keys.refetch, tid)
+    assert score is not None, f"{tid} has no scheduled run"
+    seconds, micros = q.client.time()
+    return score / 1000 - (int(seconds) + int(micros) / 1e6)
+
+
+def test_set_list_and_unset(q: TaskQueue) -> None:
+    q.set_schedule("crawl_list", every="1d")
+    q.set_schedule("fetch_page", every="1w", adaptive=True)
+    q.set_schedule(host="News.Example", every="1h")
+    q.set_schedule("fetch_page", "news.example", every=0)
+    got = {(s.task, s.host): s for s in q.schedules()}
+    assert got[("crawl_list", None)].every == 86400 and not got[("crawl_list", None)].adaptive
+    page = got[("fetch_page", None)]
+    assert (page.every, page.min_every, page.max_every, page.adaptive) == (604800, 151200, 4838400, True)
+    assert got[(None, "news.example")].every == 3600  # host keys are normalised
+    assert got[("fetch_page", "news.example")].every == 0
+    assert q.unset_schedule(host="news.example") and not q.unset_schedule(host="news.example")
+    assert q.client.hexists(q.keys.schedules, "_h")  # fetch_page@news.example is a host entry too
+    assert q.unset_schedule("fetch_page", "news.example")
+    assert not q.client.hexists(q.keys.schedules, "_h")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"every": "1d"}, "a task name, a host, or both"),
+    ({"task": "t", "every": "soon"}, "bad every"),
+    ({"task": "t", "every": 0.5}, "at least 1 seconds"),
+    ({"task": "t", "every": "1h", "min_every": "2h", "adaptive": True}, "min_every <= every"),
+    ({"task": "t", "every": "1h", "max_every": "2h"}, "add adaptive=True"),
+    ({"task": "bad name!", "every": "1h"}, "task name"),
+])
+def test_bad_schedules_are_refused_in_one_line(q: TaskQueue, kwargs: dict, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        q.set_schedule(**kwargs)
+    assert q.schedules() == []
+
+
+def test_a_scheduled_task_runs_again_however_old_its_completion(q: TaskQueue) -> None:
+    q.set_schedule("crawl_list", every=2)
+    tid = q.enqueue("https://shop.example/list", task="crawl_list")
+    others = q.enqueue_many([f"https://shop.example/p/{i}" for i in range(5)])  # no schedule
+    _run(q, tid)
+    for other in others:
+        _run(q, other)
+    # The history (history_max=2) trimmed the scheduled task's completion; its record stays.
+    assert not q.client.zscore(q.keys.completed, tid)
+    assert q.get(tid).state == "completed" and q.get(tid).refetch_every == 2
+    assert q.get_many([others[0]]) == [None]  # an unscheduled record left with the history
+    assert 0 < _due_in(q, tid) <= 2.0
+    assert q.refetch_due() == 0 and q.get(tid).state == "completed"
+    wait_for(lambda: q.refetch_due() == 1, timeout=10, message="the scheduled run")
+    info = q.get(tid)
+    assert info.state == "queued" and info.attempts == 0 and q.stats()["refetched"] == 1
+    assert q.client.zscore(q.keys.refetch, tid) is None
+    assert q.enqueue("https://shop.example/list", task="crawl_list") == tid  # a live duplicate
+    assert q.stats()["duplicates"] == 1
+    _run(q, tid)  # the next completion schedules the next run
+    assert 0 < _due_in(q, tid) <= 2.0
+    check_invariants(q.client, q)
+
+
+def test_the_most_specific_schedule_applies(q: TaskQueue) -> None:
+    q.set_schedule("page", every="1d")
+    q.set_schedule(host="a.example", every="1h")
+    q.set_schedule("page", "a.example:8080", every="2h")
+    q.set_schedule("page", "b.example", every=0)  # never, an exception to the task's
+    cases = {"https://c.example/1": 86400, "http://A.example:80/1": 3600,
+             "https://a.example:8080/1": 7200, "https://u:p@a.example/1": 3600}
+    for url, interval in cases.items():
+        tid = q.enqueue(url, task="page")
+        _run(q, tid)
+        assert q.get(tid).refetch_every == interval, url
+        assert interval - 2 < _due_in(q, tid) <= interval, url
+    never = q.enqueue("https://b.example/1", task="page")
+    _run(q, never)
+    assert q.client.zscore(q.keys.refetch, never) is None and q.get(never).refetch_every is None
+    other = q.enqueue("https://a.example/2", task="other")  # the host entry covers every task
+    _run(q, other)
+    assert q.get(other).refetch_every == 3600
+
+
+def test_gated_tasks_are_refetched_through_their_host_queue(redis_url: str) -> None:
+    q = TaskQueue(redis.Redis.from_url(redis_url, decode_responses=True), "sg", host_gate=True)
+    q.set_schedule(host="slow.example", every=1)
+    tid = q.enqueue("https://slow.example/a", task="page")
+    lease = q.claim_next("w:1")
+    assert lease is not None and lease.task_id == tid and lease.task.host == "slow.example"
+    q.complete(lease)
+    wait_for(lambda: q.refetch_due() == 1, timeout=10, message="the scheduled run")
+    assert q.client.zscore(q.keys.host_queue("slow.example"), tid) is not None
+    assert q.hosts.get("slow.example").queued == 1
+    check_invariants(q.client, q)
+
+
+def test_adaptive_intervals_follow_the_signature(q: TaskQueue) -> None:
+    q.set_schedule("page", every=100, min_every=60, max_every=200, adaptive=True)
+    tid = q.enqueue("https://shop.example/p", task="page")
+    seen = []
+    for verdict in ("aaaa", "aaaa", "aaaa", "=", "bbbb", "", "cccc", "cccc", "cccc"):
+        _run(q, tid, verdict)
+        seen.append(q.get(tid).refetch_every)
+        assert q.recrawl([tid]) == {tid: "queued"}  # the next run now (the schedule's state stays)
+    # first signature: no verdict; same: x1.4 (clamped at 200); a 304: x1.4; changed: x0.8; none:
+    # unchanged; changed; same, same.
+    assert seen == [100, 140, 196, 200, 160, 160, 128, 179.2, 200]
+    assert q.get(tid).signature == "cccc"
+
+
+def test_enqueue_past_the_recrawl_window_keeps_the_schedule_state(q: TaskQueue) -> None:
+    q.set_schedule("page", every=100, adaptive=True)
+    tid = q.enqueue("https://shop.example/p", task="page")
+    _run(q, tid, "aaaa")
+    _run_again = q.enqueue_many_with_status(["https://shop.example/p"], task="page", recrawl_after=0)
+    assert _run_again == [(tid, True)]
+    assert q.client.zscore(q.keys.refetch, tid) is None  # a new run: no longer waiting
+    _run(q, tid, "aaaa")
+    assert q.get(tid).refetch_every == 140
+
+
+def test_sharded_namespaces_schedule_on_every_shard(redis_url: str) -> None:
+    q = TaskQueue(redis.Redis.from_url(redis_url, decode_responses=True), "ss", shards=3)
+    q.set_schedule("page", every=1)
+    ids = q.enqueue_many([f"https://s{i}.example/" for i in range(12)], task="page")
+    assert len({q._of(t) for t in ids}) > 1
+    for _ in ids:
+        lease = q.claim_next("w:1")
+        assert lease is not None
+        q.complete(lease)
+    deadline = time.monotonic() + 15
+    queued = 0
+    while queued < len(ids) and time.monotonic() < deadline:
+        queued += q.refetch_due()
+    assert queued == len(ids) and q.stats()["queued"] == len(ids)
+    assert q.refetch_pending() == {"waiting": 0, "due": 0}
+
+
+def test_listing_and_recrawl_see_scheduled_tasks_past_the_history(q: TaskQueue) -> None:
+    from celery_ha.state.listing import completed_matching
+
+    q.set_schedule("list", every="1d")
+    listed = [q.enqueue(f"https://shop.example/list/{i}", task="list") for i in range(4)]
+    for tid in listed:
+        _run(q, tid)
+    assert q.client.zcard(q.keys.completed) == 2 + 0  # history_max=2 (the trim is periodic)
+    assert sorted(completed_matching(q, match="https://shop.example/list/*")) == sorted(listed)
+    assert q.recrawl(listed) == dict.fromkeys(listed, "queued")
+    assert q.refetch_pending() == {"waiting": 0, "due": 0}
+
+
+def test_metrics_count_waiting_and_due_runs(redis_url: str) -> None:
+    from celery_ha.monitoring.collector import queue_families
+    from celery_ha.state.metrics import read_queue_metrics
+
+    q = TaskQueue(redis.Redis.from_url(redis_url, decode_responses=True), "sm", shards=2)
+    q.set_schedule("soon", every=1)
+    q.set_schedule("later", every="1d")
+    for task in ("soon", "later", "later"):
+        tid = q.enqueue(f"https://{task}.example/{time.time_ns()}", task=task)
+        _run(q, tid)
+    wait_for(lambda: q.refetch_pending()["due"] == 1, timeout=10, message="one run due")
+    m = read_queue_metrics(q.client, q.namespace)
+    assert m.refetch == {"waiting": 3, "due": 1}
+    family = next(f for f in queue_families(m, 30) if f.name == "celery_ha_refetch")
+    assert {s.labels["kind"]: s.value for s in family.samples} == {"waiting": 3, "due": 1}
+    assert q.refetch_due() == 1
+    assert read_queue_metrics(q.client, q.namespace).refetch == {"waiting": 2, "due": 0}

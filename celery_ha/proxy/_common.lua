@@ -12,7 +12,8 @@
     housekeeping(P, now, limit) -> leases reaped   expire proxies, empty the in-use zone of dead leases
     backoff(base, cap, n, jitter) -> ms   jittered exponential backoff
     temp_ban(P, pid, now, base, cap, max_tbans, jitter, reason) -> 'tban' | 'pban'
-    make_available(P, pid, now, K) -> score   (re)join the available zone
+    make_available(P, pid, now, K) -> score   (re)join the available zone (bumps the pool's
+                                  generation `gen`: acquire's exhausted-domain markers are void)
   and runs the same_slot check (--#include same_slot): every key a script builds from P shares the
   Redis Cluster slot of KEYS[1].
 ]]
@@ -111,5 +112,6 @@ local function make_available(P, pid, now, K)
   local sc = score_of(P, pid, now, K)
   redis.call('ZADD', P .. 'av', sc, pid)
   redis.call('HSET', P .. 'm:' .. pid, 'state', 'avail', 'ban_until', 0, 'score', sc)
+  redis.call('INCR', P .. 'gen')
   return sc
 end

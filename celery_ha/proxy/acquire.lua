@@ -6,8 +6,8 @@
   KEYS[1] the available zone (routes the call; every other key shares its {ns} hash tag)
   KEYS[2] the domain counters (hash: "a:<domain>" leases granted, "n:<domain>" refusals), read by
     celery_ha/proxy/metrics.py
-  Same slot: the keys it builds (all, bud:<domain>, cd:<domain>, dban:<domain>, dcfg, exp, gcap, grp,
-    iu, lk:<id>|<domain>, m:<id>, new, pb, rw:<id>|<domain>, sem:<group>, stats, tb, each under
+  Same slot: the keys it builds (all, bud:<domain>, cd:<domain>, dban:<domain>, dcfg, dx:<domain>, exp,
+    gcap, gen, grp, iu, lk:<id>|<domain>, m:<id>, new, pb, rw:<id>|<domain>, sem:<group>, stats, tb, each under
     cha:{ns}:px:) are named from ARGV[1], the prefix KEYS[1] starts with ({hash tag} included), so they
     share KEYS[1]'s slot (_common checks it).
   ARGV[1] the pool's key prefix
@@ -58,6 +58,19 @@ if bn > 0 then
     -- of in-flight requests says "one window from now", not "one window after the leases expire".
     return refuse(math.max(1, math.min(tonumber(o[2]), now) + bw + margin - now), 'budget')
   end
+end
+
+-- An exhausted domain is remembered, so the workers polling it cost a few commands, not a walk of
+-- the pool: dx:<domain> holds the pool's generation (gen) when a full walk found every proxy busy,
+-- and lives until the earliest moment one of them could be free (a rate window reopening, a ban
+-- ending, a group slot's lease expiring; at most 250 ms while a lock is held, whose release may come
+-- any time). What can free a proxy earlier clears it: release deletes its domain's marker, a change
+-- of the domain's rate too, and whatever makes a proxy available or frees a group slot bumps gen.
+local dx = P .. 'dx:' .. domain
+local mark = redis.call('MGET', dx, P .. 'gen')
+if mark[1] and mark[1] == (mark[2] or '0') then
+  local left = redis.call('PTTL', dx)
+  if left > 0 then return refuse(left, 'busy') end
 end
 
 local first = redis.call('ZREVRANGE', av, 0, 15)
@@ -166,5 +179,9 @@ end
 if not usable then
   reason = 'excluded' -- every available proxy was excluded by the caller
 end
-if best == nil then best = 1000 end
+if best == nil then best = 1000
+elseif reason == 'busy' and ARGV[9] == '' then
+  -- Only a walk that excluded nothing speaks for every caller.
+  redis.call('SET', dx, mark[2] or '0', 'PX', math.max(1, best))
+end
 return refuse(best, reason)

@@ -3,7 +3,7 @@
   the probation score. A known proxy keeps its statistics; its URL, source and expiry are refreshed. A
   permanently banned proxy is never re-admitted by an add (only an explicit unban does that).
   KEYS[1] the available zone
-  Same slot: the keys it builds (all, exp, gcap, grp, m:<id>, new, pb, stats, tb, each under
+  Same slot: the keys it builds (all, exp, gcap, gen, grp, m:<id>, new, pb, stats, tb, each under
     cha:{ns}:px:) are named from ARGV[1], the prefix KEYS[1] starts with ({hash tag} included), so they
     share KEYS[1]'s slot (_common checks it).
   ARGV[1] the pool's key prefix
@@ -54,4 +54,6 @@ for _, it in ipairs(items) do
   end
 end
 if added > 0 then redis.call('HINCRBY', P .. 'stats', 'added', added) end
+-- New caps or groups may free a proxy for a domain acquire found exhausted.
+redis.call('INCR', P .. 'gen')
 return {added, updated, skipped}

@@ -2,7 +2,7 @@
   "rate_n rate_ms budget_n budget_ms" (0 = use the worker's default). A new rate drops the domain's
   cool-downs, which were computed with the old one.
   KEYS[1] the available zone
-  Same slot: the keys it builds (cd:<domain>, dcfg, each under cha:{ns}:px:) are named from ARGV[1], the
+  Same slot: the keys it builds (cd:<domain>, dcfg, dx:<domain>, each under cha:{ns}:px:) are named from ARGV[1], the
     prefix KEYS[1] starts with ({hash tag} included), so they share KEYS[1]'s slot (_common checks it).
   ARGV[1] the pool's key prefix
   ARGV[2] the domain (normalized)
@@ -18,7 +18,7 @@ local cur = numargs(redis.call('HGET', key, domain) or '0 0 0 0')
 for i = 1, 4 do cur[i] = cur[i] or 0 end
 if field == 'rate' then
   cur[1], cur[2] = n, ms
-  redis.call('DEL', P .. 'cd:' .. domain) -- cool-downs were computed with the old rate
+  redis.call('DEL', P .. 'cd:' .. domain, P .. 'dx:' .. domain) -- both judged with the old rate
 else
   cur[3], cur[4] = n, ms
 end

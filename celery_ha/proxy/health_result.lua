@@ -2,7 +2,7 @@
   again with a longer backoff (permanently after too many bans; at once for a free-list proxy on
   probation).
   KEYS[1] the available zone
-  Same slot: the keys it builds (m:<id>, new, pb, stats, tb, each under cha:{ns}:px:) are named from
+  Same slot: the keys it builds (gen, m:<id>, new, pb, stats, tb, each under cha:{ns}:px:) are named from
     ARGV[1], the prefix KEYS[1] starts with ({hash tag} included), so they share KEYS[1]'s slot (_common
     checks it).
   ARGV[1] the pool's key prefix

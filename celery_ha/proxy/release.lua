@@ -2,8 +2,8 @@
   its token), re-stamp the rate-window hit with the time the response came back, and fold the outcome
   into the proxy's statistics, score and ban state.
   KEYS[1] the available zone
-  Same slot: the keys it builds (blk:<domain>, bud:<domain>, dban:<domain>, grp, iu, lk:<id>|<domain>,
-    m:<id>, new, pb, rw:<id>|<domain>, sem:<group>, stats, tb, each under cha:{ns}:px:) are named from
+  Same slot: the keys it builds (blk:<domain>, bud:<domain>, dban:<domain>, dx:<domain>, gen, grp, iu,
+    lk:<id>|<domain>, m:<id>, new, pb, rw:<id>|<domain>, sem:<group>, stats, tb, each under cha:{ns}:px:) are named from
     ARGV[1], the prefix KEYS[1] starts with ({hash tag} included), so they share KEYS[1]'s slot (_common
     checks it).
   ARGV[1] the pool's key prefix
@@ -48,9 +48,11 @@ else
   redis.call('ZADD', bud, 'XX', stamp, token)
 end
 -- No cool-down entry to clear: while this lease held the lock, acquires stopped at the lock and never
--- judged this window; the next acquire judges it afresh from the re-stamped hits.
+-- judged this window; the next acquire judges it afresh from the re-stamped hits. The domain's
+-- exhausted marker goes (the lock is free now), and a freed group slot may serve any domain.
+redis.call('DEL', P .. 'dx:' .. domain)
 local grp = redis.call('HGET', P .. 'grp', pid)
-if grp then redis.call('ZREM', P .. 'sem:' .. grp, token) end
+if grp and redis.call('ZREM', P .. 'sem:' .. grp, token) == 1 then redis.call('INCR', P .. 'gen') end
 
 if not (mine or live) then return {'stale', '', ''} end
 local result = mine and 'ok' or 'late'

@@ -1,7 +1,7 @@
 --[[ Lift every ban of a proxy by hand (CLI `proxies unban`): it rejoins the available zone with clean
   failure counters (its success history and score are kept).
   KEYS[1] the available zone
-  Same slot: the keys it builds (m:<id>, new, pb, tb, each under cha:{ns}:px:) are named from ARGV[1],
+  Same slot: the keys it builds (gen, m:<id>, new, pb, tb, each under cha:{ns}:px:) are named from ARGV[1],
     the prefix KEYS[1] starts with ({hash tag} included), so they share KEYS[1]'s slot (_common checks
     it).
   ARGV[1] the pool's key prefix

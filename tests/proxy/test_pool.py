@@ -351,3 +351,79 @@ def test_an_exhausted_domain_is_refused_cheaply(redis_url: str, r: redis.Redis) 
         assert info.value.reason == "busy" and 55 < info.value.retry_after <= 60  # type: ignore[attr-defined]
     per_call = (r.info("stats")["total_commands_processed"] - before - 1) / 5
     assert per_call < 20  # bulk-loaded cool-downs: no per-proxy commands for 100 exhausted proxies
+
+
+def _calls(r: redis.Redis, command: str) -> int:
+    """How many times ``command`` ran on the server (every node of a cluster), scripts' inner calls
+    included."""
+    if isinstance(r, redis.RedisCluster):
+        per_node = r.info("commandstats", target_nodes=redis.RedisCluster.ALL_NODES).values()
+    else:
+        per_node = [r.info("commandstats")]
+    return sum(int(info.get(f"cmdstat_{command}", {}).get("calls", 0)) for info in per_node)
+
+
+def test_an_exhausted_domain_is_remembered_until_a_proxy_may_free(redis_url: str, r: redis.Redis) -> None:
+    pool = make_pool(redis_url, rate=(1, 60.0))
+    pool.add_many([f"http://127.0.1.1:{8000 + i}" for i in range(1, 301)])
+    for _ in range(300):
+        pool.release(pool.acquire("busy.example"), ok=True, latency_ms=50, status=200)
+    with pytest.raises(NoProxyAvailable):
+        pool.acquire("busy.example")  # walks the pool once and remembers the domain as exhausted
+    assert 55_000 < r.pttl(P + "dx:busy.example") <= 60_000
+    walks = _calls(r, "zrevrange") + _calls(r, "zrangebyscore")
+    for _ in range(5):
+        with pytest.raises(NoProxyAvailable) as info:
+            pool.acquire("busy.example")
+        assert info.value.reason == "busy" and 55 < info.value.retry_after <= 60  # type: ignore[attr-defined]
+    # The housekeeping's two bounded ZRANGEBYSCOREs per call, and no walk of the 300 proxies.
+    assert _calls(r, "zrevrange") + _calls(r, "zrangebyscore") - walks == 2 * 5
+    # A new proxy may serve the domain: it is handed out at once.
+    new = pool.add("http://127.0.2.1:8080")
+    assert pool.acquire("busy.example").proxy_id == new
+
+
+def test_what_frees_a_proxy_voids_the_exhausted_mark(redis_url: str, r: redis.Redis) -> None:
+    pool = make_pool(redis_url, rate=(1, 60.0), lock_ttl=30.0)
+    a, b = pool.add("http://127.0.1.1:8080"), pool.add("http://127.0.1.2:8080")
+    pool.ban(b)
+    pool.release(pool.acquire("x.example"), ok=True, status=200)  # a's window for x is full for 60 s
+    with pytest.raises(NoProxyAvailable):
+        pool.acquire("x.example")
+    assert r.exists(P + "dx:x.example")
+    pool.unban(b)  # back in the pool: the mark is void
+    held = pool.acquire("x.example")
+    assert held.proxy_id == b
+    # Locked and rate-limited: exhausted again; the lease's release frees the lock at once.
+    pool.set_domain_rate("x.example", "5/60")  # a new rate: a's window is judged again
+    other = pool.acquire("x.example")
+    assert other.proxy_id == a
+    with pytest.raises(NoProxyAvailable) as info:
+        pool.acquire("x.example")
+    assert info.value.retry_after <= 0.25 and r.exists(P + "dx:x.example")  # type: ignore[attr-defined]
+    pool.release(held, ok=True, status=200)
+    assert pool.acquire("x.example").proxy_id == b
+
+
+def test_a_freed_group_slot_voids_other_domains_marks(redis_url: str, r: redis.Redis) -> None:
+    pool = make_pool(redis_url, lock_ttl=30.0)
+    pid = pool.add("http://127.0.1.1:8080", group="tunnel")
+    pool.set_group_cap("tunnel", 1)
+    lease = pool.acquire("a.example")
+    with pytest.raises(NoProxyAvailable) as info:
+        pool.acquire("b.example")  # the group's one slot is taken, for 30 s at most
+    assert info.value.retry_after > 25 and r.exists(P + "dx:b.example")  # type: ignore[attr-defined]
+    pool.release(lease, ok=True, status=200)
+    assert pool.acquire("b.example").proxy_id == pid
+
+
+def test_a_walk_that_excluded_proxies_marks_nothing(redis_url: str, r: redis.Redis) -> None:
+    pool = make_pool(redis_url, lock_ttl=30.0)
+    a, b = pool.add("http://127.0.1.1:8080"), pool.add("http://127.0.1.2:8080")
+    held = pool.acquire("a.example", exclude=[b])
+    assert held.proxy_id == a
+    with pytest.raises(NoProxyAvailable) as info:
+        pool.acquire("a.example", exclude=[b])  # a is locked, b excluded by this caller only
+    assert info.value.reason == "busy"  # type: ignore[attr-defined]
+    assert not r.exists(P + "dx:a.example")
+    assert pool.acquire("a.example").proxy_id == b

@@ -14,7 +14,8 @@ server:
    ``used_cpu_sys`` delta and from the scripts' own ``usec`` in ``INFO commandstats``; the script calls
    over 10 ms while draining.
    Then 20 tasks still queued at the back of their band are claimed by id (what a Celery message for a
-   queued, not dispatched, task does): latency and slow calls.
+   queued, not dispatched, task does): latency and slow calls. Then the operator's reads at that
+   depth (``stats``, pages of ``tasks --state``, ``dead list``, ``get_many``), median of 5.
 3. **Remembered URLs**: N finished dedup ids written as a completion writes them (the real completion
    path is timed in 2; this fills the dedup memory of N finished tasks whose records the bounded
    history already dropped: the bucket, 7-byte field and completion hour of ``_remembered.lua``, via
@@ -56,6 +57,7 @@ from celery_ha.runtime.redis_process import RedisProcess, free_port  # noqa: E40
 from celery_ha.state import TaskQueue  # noqa: E402
 from celery_ha.state.done_times import DONE_EPOCH_MS, HOUR_MS, done_bit, done_slot  # noqa: E402
 from celery_ha.state.ids import task_id_for  # noqa: E402
+from celery_ha.state.listing import list_tasks  # noqa: E402
 
 NS = "scale"
 TASK = "celery_ha.crawl"
@@ -157,6 +159,8 @@ def bench_size(r: redis.Redis, raw: redis.Redis, n: int, lifecycles: int, check_
     print(f"  {n:,}: direct claim of a queued task {out['claim_queued']}", flush=True)
     out["stats_queued"] = q.stats()["queued"]
     assert out["stats_queued"] == n - lifecycles - 20, out["stats_queued"]
+    out["reads_ms"] = operator_reads(q, n)
+    print(f"  {n:,}: operator reads (ms, median of 5) {out['reads_ms']}", flush=True)
 
     bench_remembered(r, raw, q, n, check_remembered, out)
 
@@ -164,6 +168,32 @@ def bench_size(r: redis.Redis, raw: redis.Redis, n: int, lifecycles: int, check_
     out["scrapy_redis"] = scrapy_redis(raw, n, lifecycles)
     print(f"  {n:,}: scrapy-redis {out['scrapy_redis']}", flush=True)
     r.flushall()
+    return out
+
+
+def operator_reads(q: TaskQueue, n: int) -> dict[str, float]:
+    """What the operator's verbs cost at this depth, from the client (median of 5, ms): ``stats``,
+    a first and a deep page of ``tasks --state queued`` / ``completed``, ``dead list`` with 1,000
+    dead letters, a page of ``get_many``."""
+    ids = [task_id_for(TASK, url(i)) for i in range(n - 1_020, n - 20)]
+    for tid in ids:  # 1,000 dead letters, taken straight from the queue
+        q.cancel(tid, "bench")
+    calls = {
+        "stats": lambda: q.stats(),
+        "tasks_queued_first_page": lambda: list_tasks(q, "queued", limit=50),
+        "tasks_queued_page_at_half": lambda: list_tasks(q, "queued", limit=50, offset=n // 2),
+        "tasks_completed_first_page": lambda: list_tasks(q, "completed", limit=50),
+        "dead_list_100": lambda: q.dead(limit=100),
+        "get_many_50": lambda: q.get_many(ids[:50]),
+    }
+    out = {}
+    for name, call in calls.items():
+        samples = []
+        for _ in range(5):
+            t = time.perf_counter()
+            call()
+            samples.append((time.perf_counter() - t) * 1000)
+        out[name] = round(statistics.median(samples), 2)
     return out
 
 

@@ -64,4 +64,5 @@ def test_a_crawl_on_a_cluster_survives_a_killed_child_exactly_once(
 
 def _running(cluster):
     ids = [tid for k in cluster.q.shard_keys() for tid in cluster.r.zrange(k.running, 0, -1)]
-    return [t for t in cluster.q.get_many(ids) if t is not None]
+    # A task may finish between the two reads: only records still running, with their holder.
+    return [t for t in cluster.q.get_many(ids) if t is not None and t.state == "running" and t.worker]

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 
@@ -178,3 +179,29 @@ def test_a_pool_process_that_exits_stops_its_keeper_before_leaving_the_registry(
     assert _faults_met(cluster, "slow-exit") == 2
     assert not seen, f"pool processes registered again after they left: {sorted(set(seen))}\n" \
                      f"{cluster.log_text(worker)[-3000:]}"
+
+
+def test_a_shutdown_while_a_lease_is_being_taken_hands_it_back_without_a_stall(make_cluster, site):
+    """``slow-claim``: the pool process holds its new lease 1.5 s before the task's context exists.
+    A SIGTERM to the whole process group there (a terminal's Ctrl-C, systemd's stop) used to take
+    the pool's exit path: a dead holder, released by fast failover with a stall counted. Now the
+    request is noted and honoured before the task's code starts: handed back, nothing counted."""
+    cluster = _faulty_cluster(make_cluster, "slow-claim", CELERY_HA_SOFT_SHUTDOWN_TIMEOUT="1")
+    w1 = cluster.worker("w1", concurrency=1)
+    tid = cluster.q.enqueue(site.case_url(1))
+    cluster.pump()
+    held = f"celery-ha-test:faults:{cluster.namespace}:slow-claim:held"
+    wait_for(lambda: cluster.r.lrange(held, 0, -1) == [tid], timeout=30, interval=0.05,
+             message="the lease taken, held outside the task's context")
+    os.killpg(w1.pid, signal.SIGTERM)
+    wait_for(lambda: w1.poll() is not None, timeout=30, interval=0.1, message="w1 to exit")
+    info = cluster.q.get(tid)
+    assert (info.state, info.attempts, info.stalls) in {("queued", 0, 0), ("dispatched", 0, 0)}, \
+        _diagnosis(cluster, [tid], w1)
+    assert "worker shutting down" in cluster.log_text(w1), cluster.log_text(w1)[-3000:]
+    cluster.worker("w2", concurrency=1)
+    cluster.pump()
+    wait_for(lambda: cluster.all_completed([tid]), timeout=60, interval=0.2, message="the page on w2")
+    info = cluster.q.get(tid)
+    assert (info.attempts, info.stalls) == (0, 0)
+    assert [key for key, _ in iter_items(cluster.r, cluster.namespace, with_keys=True)] == [site.case_url(1)]

@@ -20,6 +20,10 @@ Faults (the name is what ``CELERY_HA_TEST_FAULTS`` lists):
 - ``keeper-tick``: ``LeaseKeeper.renew_all`` raises on every other call of a process.
 - ``keeper-heartbeat``: the keeper's worker-registry heartbeat raises on every other call.
 - ``keeper-renew``: ``TaskQueue.renew`` raises on every other call of a process.
+- ``slow-claim``: no fault of celery-ha: ``TaskQueue.claim`` holds a lease it took
+  :data:`SLOW_CLAIM` seconds before returning it, once per task, and lists the task under
+  ``<key>:held`` as it starts holding (the moment a graceful shutdown may meet a lease outside any
+  task's context).
 - ``slow-exit``: no fault of celery-ha: a ``worker_process_shutdown`` receiver connected after
   celery-ha's own keeps the pool process alive :data:`SLOW_EXIT` seconds more (a user's shutdown
   work), the time a lease keeper left running would take to register the process again.
@@ -48,6 +52,7 @@ from celery_ha.state import TaskQueue
 VARIABLE = "CELERY_HA_TEST_FAULTS"
 SCRIPT_PUSH_FAULTS = 3
 SLOW_EXIT = 2.0
+SLOW_CLAIM = 1.5  # under the test clusters' 3 s lease TTL: nothing renews a lease before its context exists
 
 
 class InjectedFault(RuntimeError):
@@ -108,6 +113,18 @@ def _script_push(original: Callable[..., Any]) -> Callable[..., Any]:
     return script_push
 
 
+def _slow_claim(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def claim(self: TaskQueue, task_id: str, *args: Any, **kwargs: Any) -> Any:
+        lease = original(self, task_id, *args, **kwargs)
+        if lease is not None and _first_time("slow-claim", task_id):
+            services().client.rpush(_key("slow-claim") + ":held", task_id)
+            time.sleep(SLOW_CLAIM)  # the lease held outside the task's context, not a wait
+        return lease
+
+    return claim
+
+
 def _slow_exit(**_: Any) -> None:
     client = services().client
     client.incr(_key("slow-exit"))  # the test checks that the exit was slow
@@ -117,7 +134,7 @@ def _slow_exit(**_: Any) -> None:
 
 def install(faults: set[str]) -> None:
     unknown = faults - {"complete-before", "complete-after", "complete-always", "script-push", "keeper-tick",
-                        "keeper-heartbeat", "keeper-renew", "slow-exit"}
+                        "keeper-heartbeat", "keeper-renew", "slow-claim", "slow-exit"}
     if unknown:
         raise ValueError(f"{VARIABLE}: unknown faults {sorted(unknown)}")
     if faults & {"complete-before", "complete-after", "complete-always"}:
@@ -133,6 +150,8 @@ def install(faults: set[str]) -> None:
         lease_keeper.heartbeat = _every_other(lease_keeper.heartbeat, "keeper-heartbeat")  # type: ignore[assignment]
     if "keeper-renew" in faults:
         TaskQueue.renew = _every_other(TaskQueue.renew, "keeper-renew")  # type: ignore[method-assign]
+    if "slow-claim" in faults:
+        TaskQueue.claim = _slow_claim(TaskQueue.claim)  # type: ignore[method-assign]
     if "slow-exit" in faults:
         # Connected in the pool process, after the app's own hooks: the receivers run in that order.
         signals.worker_process_init.connect(

@@ -3,7 +3,10 @@
 The worker's main process sends SIGTERM to a child still holding leases when the shutdown grace
 period ends (``celery_ha.integration.worker.shutdown``). Inside user code the handler raises
 :class:`GracefulStop`, so the runner commits what the task produced (keyed, so safe) and releases the
-lease without counting a stall. Between tasks it behaves like the pool's own handler (exit).
+lease without counting a stall. While a lease is being taken or held outside the task's context (the
+claim, the start of the run) it only notes the request, which the runner honours before the task's
+code starts: an exit there would leave a dead holder, whose lease fast failover releases with a
+stall counted. Between tasks it behaves like the pool's own handler (exit).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ class StopHandler:
         self.current: Any = None  # the running DurableContext, if any
         self.in_user_code = False
         self.stop_requested = False
+        self.holding = False  # a lease may be held (claim to outcome), whether or not in a context
         self._previous: Any = signal.SIG_DFL
 
     def install(self) -> None:
@@ -37,6 +41,15 @@ class StopHandler:
             return
         self._previous = current
         signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    @contextlib.contextmanager
+    def holding_lease(self) -> Iterator[None]:
+        """From before the claim to the task's outcome: SIGTERM is noted, never an exit."""
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
 
     @contextlib.contextmanager
     def running(self, ctx: Any) -> Iterator[None]:
@@ -64,6 +77,8 @@ class StopHandler:
             if self.in_user_code:
                 raise GracefulStop()
             return
+        if self.holding:
+            return  # the runner sees stop_requested before the task's code starts
         previous = self._previous
         if callable(previous):
             previous(signum, frame)

@@ -69,6 +69,11 @@ class Outcome:
 def run_message(spec: DurableTask, celery_task: Any, task_id: str, *, refill: bool = True) -> Outcome:
     """Execute durable task ``task_id`` for one Celery message; returns the outcome. ``refill``
     refills the window afterwards (a batch refills once, after its last task)."""
+    with stop_handler().holding_lease():
+        return _run_message(spec, celery_task, task_id, refill)
+
+
+def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool) -> Outcome:
     hostname = getattr(getattr(celery_task, "request", None), "hostname", None)
     if hostname:
         set_node(hostname)
@@ -99,6 +104,8 @@ def run_message(spec: DurableTask, celery_task: Any, task_id: str, *, refill: bo
     try:
         publish_queued()  # what the last completion dispatched goes out now, not beside this task's code
         with stop.running(ctx):
+            if stop.stop_requested:  # SIGTERM came while the lease was being taken: hand it back now
+                raise GracefulStop()
             with stop.user_code():
                 cpu_started = time.thread_time()
                 in_task = True

@@ -90,6 +90,28 @@ def test_sigterm_hands_running_task_back_with_checkpoint(make_cluster, site):
     assert count_items(cluster.r, cluster.namespace) == 60
 
 
+def test_a_sigterm_to_one_pool_process_stops_its_task_not_the_next_ones(make_cluster, site):
+    """A SIGTERM sent to one pool process outside a shutdown (what ``revoke(terminate=True)`` does):
+    its running task is handed back (nothing counted) and the process goes on running its next
+    messages in full: the request is cleared once the message it stopped is done."""
+    site.delays["/case/"] = 0.5
+    cluster = make_cluster(CELERY_HA_WINDOW="2")
+    w1 = cluster.worker("w1", concurrency=1)
+    ids = cluster.q.enqueue_many([site.case_url(n) for n in range(4)])
+    cluster.pump()
+    running = wait_for(lambda: next((t for t in cluster.q.get_many(ids) if t and t.state == "running"), None),
+                       timeout=30, message="a running task")
+    child = int(running.worker.rsplit(":", 1)[1])
+    os.kill(child, signal.SIGTERM)
+    wait_for(lambda: cluster.all_completed(ids), timeout=60, message="every page")
+    infos = cluster.q.get_many(ids)
+    assert [(i.attempts, i.stalls) for i in infos] == [(0, 0)] * 4
+    log = cluster.log_text(w1)
+    assert log.count("handed back (worker shutting down)") == 1, log[-3000:]  # that task only
+    assert w1.poll() is None and os.path.exists(f"/proc/{child}")  # the pool process lives on
+    assert count_items(cluster.r, cluster.namespace) == 4
+
+
 def test_100k_backlog_keeps_broker_within_window(make_cluster):
     """(g) 100,000 queued tasks: the pump keeps the broker at <= window messages, also when
     dispatched tasks go stale (a message still waiting is not sent twice) or are lost."""

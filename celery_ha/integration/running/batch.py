@@ -36,18 +36,19 @@ def run_batch(spec: DurableTask, celery_task: Any, task_ids: list[str]) -> list[
     stop = stop_handler()
     rt = services()
     last = len(task_ids) - 1
-    for position, task_id in enumerate(task_ids):
-        if stop.stop_requested:
-            left = task_ids[position:]
-            sent = resend_waiting(celery_task.app, rt, left)
-            log.warning("batch stopped before %d task(s): %d sent again", len(left), sent)
-            pump_quietly(celery_task.app, rt)
-            break
-        # The last id refills the window (in its completion's script when it completes).
-        outcome = run_message(spec, celery_task, task_id, refill=position == last)
-        outcomes.append(outcome)
-        if position == last and outcome.kind == "dropped":
-            pump_quietly(celery_task.app, rt)  # a dropped id refills nothing; the batch still does
+    with stop.holding_lease():  # a SIGTERM between two ids is noted too: the rest is handed on below
+        for position, task_id in enumerate(task_ids):
+            if stop.stop_requested:
+                left = task_ids[position:]
+                sent = resend_waiting(celery_task.app, rt, left)
+                log.warning("batch stopped before %d task(s): %d sent again", len(left), sent)
+                pump_quietly(celery_task.app, rt)
+                break
+            # The last id refills the window (in its completion's script when it completes).
+            outcome = run_message(spec, celery_task, task_id, refill=position == last)
+            outcomes.append(outcome)
+            if position == last and outcome.kind == "dropped":
+                pump_quietly(celery_task.app, rt)  # a dropped id refills nothing; the batch still does
     return outcomes
 
 

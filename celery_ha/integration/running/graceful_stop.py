@@ -44,12 +44,18 @@ class StopHandler:
 
     @contextlib.contextmanager
     def holding_lease(self) -> Iterator[None]:
-        """From before the claim to the task's outcome: SIGTERM is noted, never an exit."""
+        """Around one message's work (one task, or a batch's tasks: nested, the outer one counts),
+        from before the first claim to the last outcome: SIGTERM is noted, never an exit. One SIGTERM
+        stops one message's work: the note is cleared when it ends, so a pool process that goes on
+        (a task revoked with ``terminate``) runs its next message in full."""
+        outer = not self.holding
         self.holding = True
         try:
             yield
         finally:
-            self.holding = False
+            if outer:
+                self.holding = False
+                self.stop_requested = False
 
     @contextlib.contextmanager
     def running(self, ctx: Any) -> Iterator[None]:

@@ -88,18 +88,19 @@ class Monitor:
         self._ready.wait()
 
     def _watch(self, port: int, n: int) -> None:
-        conn = redis.Connection(host="127.0.0.1", port=port, socket_timeout=0.5)
+        # A read that times out disconnects redis-py's connection (the stream would be lost), so the
+        # thread waits for data with can_read and reads only a line that has arrived.
+        conn = redis.Connection(host="127.0.0.1", port=port, socket_timeout=10)
         conn.connect()
         conn.send_command("MONITOR")
         conn.read_response()
         self._ready.wait()
         try:
             while True:
-                try:
+                if conn.can_read(timeout=0.2):
                     self.lines[n].append(conn.read_response().decode("utf-8", "replace"))
-                except redis.TimeoutError:
-                    if self._stop.is_set():
-                        break
+                elif self._stop.is_set():
+                    break
         except Exception as exc:  # a broken stream: the test must not pass on what it did not see
             self.errors.append(f"node {n}: {type(exc).__name__}: {exc}")
         finally:

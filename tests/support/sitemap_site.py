@@ -7,13 +7,13 @@ thread included) sees the reader's memory, not the fixture's. Requests are logge
 
 from __future__ import annotations
 
-import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from xml.sax.saxutils import escape
+
+from tests.support.http_site import QuietHandler, serve, stop
 
 NS = "http://www.sitemaps.org/schemas/sitemap/0.9"
 
@@ -76,12 +76,7 @@ class SitemapSite:
     def start(self) -> SitemapSite:
         site = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *_: object) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 site.hits.append(Hit(self.path, time.time()))
                 route = site.routes.get(self.path)
@@ -112,15 +107,7 @@ class SitemapSite:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-
-            def handle_error(self, request: object, client_address: object) -> None:
-                pass  # a reader that stops reading (a refused document) resets the connection
-
-        self._server = Server((self.host, 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        self._server = serve(self.host, Handler, quiet_errors=True)
         return self
 
     @property
@@ -128,8 +115,7 @@ class SitemapSite:
         return f"http://{self.host}:{self._server.server_address[1]}"
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        stop(self._server)
 
     def paths(self) -> list[str]:
         return [h.path for h in self.hits]

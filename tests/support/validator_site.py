@@ -9,7 +9,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.support.http_site import QuietHandler, serve, stop
 
 
 @dataclass
@@ -40,12 +41,7 @@ class ValidatorSite:
     def start(self) -> ValidatorSite:
         site = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *_: object) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 page = site.pages.get(self.path)
                 inm, ims = self.headers.get("If-None-Match"), self.headers.get("If-Modified-Since")
@@ -71,11 +67,7 @@ class ValidatorSite:
                 self.end_headers()
                 self.wfile.write(body)
 
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-
-        self._server = Server(("127.0.0.5", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server = serve("127.0.0.5", Handler)
         return self
 
     @property
@@ -83,8 +75,7 @@ class ValidatorSite:
         return f"http://127.0.0.5:{self._server.server_address[1]}"
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        stop(self._server)
 
     def requests(self, path: str) -> list[Request]:
         with self.lock:

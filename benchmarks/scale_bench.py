@@ -294,9 +294,7 @@ def drain_real(r: redis.Redis, q: TaskQueue, n: int) -> dict[str, Any]:
     drained = slow(r)
     # The bounded history still holds 10,000 completed records: forget them to leave dedup only.
     k = q.keys
-    hist_ids = r.zrange(k.completed, 0, -1)
-    if hist_ids:
-        r.hdel(k.tasks, *hist_ids)
+    r.delete(k.tasks, k.record_geometry, *r.scan_iter(match=k.prefix + "t:*", count=1000))  # records
     r.delete(k.completed, k.hist, k.stats)
     after = used_memory(r)
     r.flushall()
@@ -359,6 +357,9 @@ def main() -> None:
     ap.add_argument("--only-remembered", action="store_true",
                     help="measure only the memory of remembered URLs (phase 3)")
     ap.add_argument("--redis-server", help="the redis-server binary (default: the one on PATH)")
+    ap.add_argument("--listpack-value", type=int, default=0,
+                    help="hash-max-listpack-value of its server (0: the server's default, 64): records "
+                         "longer than it make their bucket an ordinary hash (README 'Limits')")
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args()
     binary = args.redis_server or shutil.which("redis-server") or ""
@@ -367,8 +368,12 @@ def main() -> None:
     try:
         r = redis.Redis(host=srv.host, port=srv.port, decode_responses=True)
         raw = redis.Redis(host=srv.host, port=srv.port)  # pickles are bytes
+        if args.listpack_value:
+            r.config_set("hash-max-ziplist-value", args.listpack_value)  # its alias on 7.x
         info = r.info("server")
         results: dict[str, Any] = {"redis": info["redis_version"], "load_at_start": os.getloadavg()[0],
+                                   "listpack_value": int(r.config_get("hash-max-ziplist-value")
+                                                         ["hash-max-ziplist-value"]),
                                    "sizes": []}
         print(f"redis {info['redis_version']} on port {srv.port}; load {os.getloadavg()}", flush=True)
         for n in (int(s) for s in args.sizes.split(",")):

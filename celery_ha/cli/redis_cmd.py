@@ -14,7 +14,12 @@ from celery_ha.cli.errors import one_line
 from celery_ha.cli.render import console, echo_json, kv_table
 from celery_ha.redisio.client import redis_client
 from celery_ha.redisio.cluster import cluster_view, is_cluster_client
-from celery_ha.redisio.memory_policy import eviction_policy, eviction_warning
+from celery_ha.redisio.memory_policy import (
+    compact_records_note,
+    eviction_policy,
+    eviction_warning,
+    listpack_value,
+)
 from celery_ha.redisio.sentinel import is_sentinel_url, sentinel_view
 from celery_ha.runtime.embedded import EmbeddedRedis
 
@@ -108,6 +113,11 @@ def status(obj: CLIContext, as_json: bool) -> None:
             data["warning"] = warning
             if not as_json:
                 click.echo(f"Warning: {warning}", err=True)
+        value = listpack_value(_client(obj))
+        data["hash_max_listpack_value"] = "unknown (CONFIG refused)" if value is None else value
+        note = compact_records_note(value)
+        if note:
+            data["memory_note"] = note  # advice, shown in the table: not a problem of this status
     if problems:
         data["problems"] = problems
         if not as_json:

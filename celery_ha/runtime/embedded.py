@@ -40,6 +40,7 @@ from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.masking import mask_url
 from celery_ha.base.procfs import command_line, pid_alive
 from celery_ha.base.settings import Settings
+from celery_ha.redisio.memory_policy import RECORD_VALUE_BYTES
 from celery_ha.runtime.redis_process import (
     RedisProcess,
     create_secret,
@@ -315,7 +316,9 @@ class EmbeddedRedis:
             server = RedisProcess(port=free_port(), host="127.0.0.1", data_dir=self.data_dir, appendonly=True,
                                   binary=binary, password=password, protected_mode=True,
                                   extra_args=("--appendfsync", "everysec",
-                                              "--maxmemory-policy", "noeviction"))  # never evict state
+                                              "--maxmemory-policy", "noeviction",  # never evict state
+                                              # task records fit a compact bucket (memory_policy.py)
+                                              "--hash-max-ziplist-value", str(RECORD_VALUE_BYTES)))
             try:
                 server.start(timeout=timeout, detach=True)  # own session: outlives its starter
             except ConfigurationError as exc:

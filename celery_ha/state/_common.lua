@@ -1,6 +1,7 @@
 --[[ Shared prelude of every task-state script (pulled in with --#include _common).
   KEYS layout, identical for every script but heartbeat (celery_ha/state/taskqueue.py builds it):
-    KEYS[1]  tasks     hash: id -> record
+    KEYS[1]  tasks     hash: id -> record, the layout of earlier releases: records now live in the
+                       buckets t:<i> of _records.lua (read from here until their next write)
     KEYS[2]  readyp    zset: priority bands that may hold queued ids (score = -priority)
     KEYS[3]  delayed   zset: failed tasks waiting for their retry (score = due ms)
     KEYS[4]  inflight  zset: dispatched tasks (score = dispatch ms)
@@ -16,8 +17,12 @@
   ARGV[1] is the namespace prefix, from which the per-priority ready lists and the buckets of the
   remembered (finished dedup) ids, d:<3 chars>, d:~ and their bitmap dk (_remembered.lua), are named
   (same hash tag).
-  A record is "<state JSON>\n<payload JSON>": Lua decodes only the small state part; the payload (url,
-  meta) stays an opaque string, so user JSON is never re-encoded by cjson. Every value in the state
+  A record is "<state JSON>\n<payload>": Lua decodes only the small state part; the payload stays an
+  opaque string, so user JSON is never re-encoded by cjson. The payload is the JSON {"u": url[, "m":
+  meta][, "t": trace]}, or the bare URL when that is all it holds and the URL needs no JSON escaping
+  (state/enqueue_args.py; a JSON payload starts with '{', a URL never does). Fields at their
+  default are left out of the state part: n (the task name) when it is fetch_page, ma and ms
+  (max_attempts, max_stalls) when they are 3. Every value in the state
   part is a JSON string, integers included ({"k":"3"}): cjson formats and parses numbers through
   printf/strtod, which makes encoding a record 2.4x slower than with strings.
   One-letter states (st.s): q queued, d dispatched, r running, w delayed, c completed, x dead.
@@ -44,6 +49,7 @@ local K_TASKS, K_READYP, K_DELAYED, K_INFLIGHT = KEYS[1], KEYS[2], KEYS[3], KEYS
 local K_RUNNING, K_DEAD, K_COMPLETED, K_DONE = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_CKPT, K_STATS, K_WAKE, K_HIST = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local PREFIX = ARGV[1]
+--#include _records
 
 -- Integers as strings: ZADD scores, and the record's timestamps. Lua would format a number argument
 -- of redis.call with '%.17g' and cjson with '%.14g' (slow for 13-digit milliseconds, and lossy for
@@ -56,26 +62,35 @@ local function fmt(n)
   return fmt_s
 end
 
+-- The task name a record leaves out (st.n absent): decode() puts it back, encode() leaves it out.
+local DEFAULT_TASK = 'fetch_page'
+
 -- A stored record -> (state table, payload string).
 local function decode(raw)
   local nl = string.find(raw, '\n', 1, true)
-  return cjson.decode(string.sub(raw, 1, nl - 1)), string.sub(raw, nl + 1)
+  local st = cjson.decode(string.sub(raw, 1, nl - 1))
+  if not st.n then st.n = DEFAULT_TASK end
+  return st, string.sub(raw, nl + 1)
 end
 
 local function load(id)
-  local raw = redis.call('HGET', K_TASKS, id)
+  local raw = rec_get(id)
   if not raw then return nil, nil end
   return decode(raw)
 end
 
 local function encode(st, payload)
-  return cjson.encode(st) .. '\n' .. payload
+  local name = st.n
+  if name == DEFAULT_TASK then st.n = nil end
+  local head = cjson.encode(st)
+  st.n = name
+  return head .. '\n' .. payload
 end
 
 -- Write a record back; returns it (a lease's reply carries it without encoding it twice).
 local function save(id, st, payload)
   local rec = encode(st, payload)
-  redis.call('HSET', K_TASKS, id, rec)
+  rec_set(id, rec)
   return rec
 end
 
@@ -380,13 +395,13 @@ local function trim_history(hmax, hage, now)
     local ids = {}
     for j = 1, #old, 2 do ids[#ids + 1] = old[j] end
     ids = kept_records(ids)
-    if #ids > 0 then redis.call('HDEL', K_TASKS, unpack(ids)) end
+    if #ids > 0 then rec_del(ids) end
   end
   local aged = redis.call('ZRANGEBYSCORE', K_COMPLETED, '-inf', fmt(now - hage), 'LIMIT', '0', '64')
   if #aged > 0 then
     redis.call('ZREM', K_COMPLETED, unpack(aged))
     aged = kept_records(aged)
-    if #aged > 0 then redis.call('HDEL', K_TASKS, unpack(aged)) end
+    if #aged > 0 then rec_del(aged) end
   end
 end
 

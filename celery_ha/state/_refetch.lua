@@ -27,9 +27,13 @@ end
 -- The host of a task without a host key: its URL's host[:port], lower case, without user info and
 -- without the scheme's default port (the gate's default key mode, base/urls.py host_key).
 local function url_host(payload)
-  local ok, p = pcall(cjson.decode, payload)
-  if not ok or type(p) ~= 'table' or type(p.u) ~= 'string' then return nil end
-  local scheme, auth = string.match(p.u, '^(%a[%w+.-]*)://([^/?#]*)')
+  local url = payload -- a payload of the URL alone is stored as the bare URL (not JSON)
+  if string.sub(payload, 1, 1) == '{' then
+    local ok, p = pcall(cjson.decode, payload)
+    if not ok or type(p) ~= 'table' or type(p.u) ~= 'string' then return nil end
+    url = p.u
+  end
+  local scheme, auth = string.match(url, '^(%a[%w+.-]*)://([^/?#]*)')
   if not auth then return nil end
   auth = string.lower(string.gsub(auth, '^.*@', ''))
   scheme = string.lower(scheme)

@@ -9,7 +9,7 @@
   KEYS[5]  running
   KEYS[6]  dead
   KEYS[10] stats
-  Same slot: the ready lists r:<priority> and a gated task's host keys (_hosts.lua) it may touch are
+  Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority> and a gated task's host keys (_hosts.lua) it may touch are
     named from ARGV[1], the prefix every KEYS entry starts with (its {hash tag} included), so they
     share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix (the ready lists: computed keys, all under the namespace's hash tag)

@@ -1,6 +1,8 @@
 --[[ Save a task's checkpoint (its resume point) under the lease.
   KEYS[1] tasks (the fencing check)
   KEYS[9] ckpt
+  Same slot: the record buckets (_records.lua: t:<i>, tg) are named from ARGV[1], the prefix
+    every KEYS entry starts with (its {hash tag} included), so they share KEYS[1]'s slot.
   ARGV[1] namespace prefix
   ARGV[2] task id
   ARGV[3] fencing token

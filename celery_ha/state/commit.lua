@@ -5,6 +5,8 @@
   KEYS[10] stats
   KEYS[13] items (hash: item key -> item JSON)
   KEYS[14] itemlog (list: item keys in commit order)
+  Same slot: the record buckets (_records.lua: t:<i>, tg) are named from ARGV[1], the prefix
+    every KEYS entry starts with (its {hash tag} included), so they share KEYS[1]'s slot.
   ARGV[1] namespace prefix
   ARGV[2] task id
   ARGV[3] fencing token

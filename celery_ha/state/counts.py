@@ -13,6 +13,7 @@ import json
 import redis
 
 from celery_ha.state.keys import QueueKeys
+from celery_ha.state.record_store import read_records
 
 #: Lifetime counters always present in ``stats()`` (0 until the first event), in display order.
 COUNTERS = ("enqueued", "duplicates", "claimed", "failed", "retried", "reclaimed", "released",
@@ -61,7 +62,7 @@ def live_band_ids(client: redis.Redis, k: QueueKeys, band: str, ids: list[str],
     earlier pages); the rest are stale entries a pop skips (``pop_ready`` in ``_common.lua``)."""
     seen = set() if seen is None else seen
     out: list[str] = []
-    for tid, raw in zip(ids, client.hmget(k.tasks, ids) if ids else [], strict=True):
+    for tid, raw in zip(ids, read_records(client, k, ids) if ids else [], strict=True):
         if tid in seen or not raw:
             continue
         if isinstance(raw, bytes):

@@ -19,6 +19,7 @@ import redis
 
 from celery_ha.state.ids import ALPHABET, ID_LEN
 from celery_ha.state.keys import QueueKeys
+from celery_ha.state.record_store import read_records
 from celery_ha.state.sharded import by_shard
 from celery_ha.state.shards import shard_keys
 
@@ -81,13 +82,15 @@ def finished_at(client: redis.Redis, namespace: str, shard_count: int, ids: Sequ
             elif score is not None:
                 out[p] = int(score)
     if hourly:
-        pipe = client.pipeline(transaction=False)
+        by_shard_hourly: dict[int, list[int]] = {}
         for p, shard in hourly:
-            pipe.hget(keys[shard].tasks, ids[p])
-        for (p, _), raw in zip(hourly, pipe.execute(), strict=True):
-            if raw:
-                text = raw.decode() if isinstance(raw, bytes) else raw
-                st = json.loads(text.partition("\n")[0])
+            by_shard_hourly.setdefault(shard, []).append(p)
+        for shard, positions in by_shard_hourly.items():
+            for p, raw in zip(positions, read_records(client, keys[shard], [ids[p] for p in positions]),
+                              strict=True):
+                if not raw:
+                    continue
+                st = json.loads(raw.partition("\n")[0])
                 if st.get("s") == "c":
                     out[p] = int(st["ut"])
     return out

@@ -1,6 +1,7 @@
 --[[ Enqueue a batch in one round trip. The state part of a record is the same for a whole run, so
-  it is encoded once per run; records and ready ids are written with one HSET / RPUSH per 1000 tasks
-  and each band is marked ready once.
+  it is encoded once per run; ready ids are written with one RPUSH per 1000 tasks and each band is
+  marked ready once; each record is one HSET into its bucket (_records.lua), and the new records are
+  counted once, at the end (which may split a few buckets).
   Dedup: a dedup id that is live (queued, dispatched, running, delayed, dead) is a duplicate; one that
   finished is a duplicate until the recrawl window (ARGV[2]) has passed since its completion (exact
   while the history holds its record, else the start of its completion hour: _remembered.lua), and is
@@ -15,7 +16,7 @@
     moved it into the buckets of _remembered.lua)
   KEYS[10] stats
   KEYS[11] wake (one token per created task, for blocked claim_next callers)
-  Same slot: the ready lists r:<priority>, the host gate's keys (_hosts.lua: h, hq, hcfg,
+  Same slot: the record buckets and their geometry (_records.lua: t:<i>, tg), the ready lists r:<priority>, the host gate's keys (_hosts.lua: h, hq, hcfg,
     hosts, hready, hwait) it may touch, the refetch index (_refetch.lua: a finished id queued
     again leaves it), the buckets of remembered ids (_remembered.lua: d:<3 chars>, d:~) and the
     0.1 releases' dedup set `seen` (read while the sweep moves it) are named from ARGV[1],
@@ -44,8 +45,8 @@ if gate then
   if mode ~= ARGV[3] then return '!' .. mode end
 end
 
--- Which ids exist already (a live record, or a remembered finished dedup id): one HMGET per 1000 ids
--- and one HGET of its bucket per id. `expired` holds the finished ids whose recrawl window has
+-- Which ids exist already (a live record, or a remembered finished dedup id): one HGET of its record's
+-- bucket and one of its remembered bucket per id. `expired` holds the finished ids whose recrawl window has
 -- passed, with their old record (false once the history trimmed it). A remembered time is the start
 -- of its hour: when it says expired, the record, while the history holds it, has the exact time.
 local window = tonumber(ARGV[2])
@@ -73,7 +74,8 @@ do
   end
   for j = 1, #ids, 1000 do
     local last = math.min(j + 999, #ids)
-    local records = redis.call('HMGET', K_TASKS, unpack(ids, j, last))
+    local records = {}
+    for k = j, last do records[k - j + 1] = rec_get(ids[k]) end
     local zset = has_zset and redis.call('ZMSCORE', K_DONE, unpack(ids, j, last)) or {}
     local old = has_legacy and redis.call('SMISMEMBER', legacy, unpack(ids, j, last))
     for k = 1, last - j + 1 do
@@ -114,21 +116,17 @@ end
 
 local reply = {}
 local created, duplicates, recrawled = 0, 0, 0
-local fresh = {}   -- ids created by this call: their HSET may still be pending
-local records = {} -- pending HSET arguments: id, record, id, record, ...
+local fresh = {}   -- ids created by this call
 local queued = band_batch()
-
-local function write_records()
-  if #records > 0 then
-    redis.call('HSET', K_TASKS, unpack(records))
-    records = {}
-  end
-end
+rec_batch()
 
 local i = 4
 while i <= #ARGV do
   local count, p, dd, name = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local st = {n = name, ct = fmt(now), ma = ARGV[i + 4], ms = ARGV[i + 5]}
+  local st = {ct = fmt(now)} -- fields at their default are left out (_common's header)
+  if name ~= DEFAULT_TASK then st.n = name end
+  if ARGV[i + 4] ~= '3' then st.ma = ARGV[i + 4] end
+  if ARGV[i + 5] ~= '3' then st.ms = ARGV[i + 5] end
   i = i + 6
   if p ~= '0' then st.p = p end
   if dd == '1' then st.dd = '1' end
@@ -154,9 +152,7 @@ while i <= #ARGV do
       fresh[id] = true
       local host = gate and ARGV[i + 2] ~= '' and ARGV[i + 2] or nil
       if host then head_of = string.sub(head_of, 1, -3) .. ',"h":"' .. host .. '"}\n' end
-      records[#records + 1] = id
-      records[#records + 1] = head_of .. ARGV[i + 1]
-      if #records >= 2000 then write_records() end
+      rec_set(id, head_of .. ARGV[i + 1])
       band_add(queued, p, id, host)
       created = created + 1
       reply[#reply + 1] = '1'
@@ -164,7 +160,7 @@ while i <= #ARGV do
     i = i + 3
   end
 end
-write_records()
+rec_settle()
 band_flush(queued, 'RPUSH', now)
 incr('duplicates', duplicates)
 incr('enqueued', created)

@@ -9,7 +9,7 @@
     it finished: a replay repeats a request, it never asks for a recrawl.
   KEYS[10] stats
   KEYS[11] wake (one token per created task, for blocked claim_next callers)
-  Same slot: the ready lists r:<priority>, the host gate's keys (_hosts.lua: h, hq, hcfg,
+  Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority>, the host gate's keys (_hosts.lua: h, hq, hcfg,
     hosts, hready, hwait) it may touch, the buckets of remembered ids (_remembered.lua: d:<3 chars>,
     d:~) and the 0.1 releases' dedup set `seen` are named from ARGV[1], the prefix every KEYS entry starts with
     (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
@@ -24,6 +24,7 @@ local now = now_ms()
 local reply = {}
 local created, duplicates = 0, 0
 local queued = band_batch()
+rec_batch()
 local gate = redis.call('HGET', K_HCFG, 'on') == '1'
 local legacy = PREFIX .. 'seen'
 local has_legacy = redis.call('EXISTS', legacy) == 1
@@ -31,14 +32,17 @@ local has_legacy = redis.call('EXISTS', legacy) == 1
 local i = 2
 while i <= #ARGV do
   local count, p, dd, name = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local st = {n = name, ct = fmt(now), ma = ARGV[i + 4], ms = ARGV[i + 5], s = 'q'}
+  local st = {ct = fmt(now), s = 'q'} -- fields at their default are left out (_common's header)
+  if name ~= DEFAULT_TASK then st.n = name end
+  if ARGV[i + 4] ~= '3' then st.ma = ARGV[i + 4] end
+  if ARGV[i + 5] ~= '3' then st.ms = ARGV[i + 5] end
   if p ~= '0' then st.p = p end
   if dd == '1' then st.dd = '1' end
   local head = cjson.encode(st) .. '\n'
   i = i + 6
   for _ = 1, count do
     local id = ARGV[i]
-    if redis.call('HEXISTS', K_TASKS, id) == 1 or done_time(id)
+    if rec_get(id) or done_time(id)
        or (has_legacy and redis.call('SISMEMBER', legacy, id) == 1) then
       reply[#reply + 1] = '0'
       if dd == '1' then duplicates = duplicates + 1 end
@@ -46,7 +50,7 @@ while i <= #ARGV do
       local host = gate and ARGV[i + 2] ~= '' and ARGV[i + 2] or nil
       local head_of = head
       if host then head_of = string.sub(head, 1, -3) .. ',"h":"' .. host .. '"}\n' end
-      redis.call('HSET', K_TASKS, id, head_of .. ARGV[i + 1])
+      rec_set(id, head_of .. ARGV[i + 1])
       band_add(queued, p, id, host)
       created = created + 1
       reply[#reply + 1] = '1'
@@ -54,6 +58,7 @@ while i <= #ARGV do
     i = i + 3
   end
 end
+rec_settle()
 band_flush(queued, 'RPUSH', now)
 incr('duplicates', duplicates)
 incr('enqueued', created)

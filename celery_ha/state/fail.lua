@@ -6,7 +6,7 @@
   KEYS[5]  running
   KEYS[6]  dead
   KEYS[10] stats
-  Same slot: a gated task's host keys (_hosts.lua) are named from ARGV[1], the prefix every KEYS
+  Same slot: the record buckets (_records.lua: t:<i>, tg), a gated task's host keys (_hosts.lua) are named from ARGV[1], the prefix every KEYS
     entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2] task id

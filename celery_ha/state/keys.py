@@ -26,7 +26,11 @@ class QueueKeys:
         p = prefix(namespace, tag)
         base = prefix(namespace)
         self.prefix = p
-        self.tasks = p + "tasks"  # hash: id -> JSON record
+        # Task records (_records.lua, state/record_store.py): hashes t:<i> (id -> record), a bucket
+        # count that grows by linear hashing (geometry: hash tg), and the one hash of earlier
+        # releases, read until its records are written again
+        self.tasks = p + "tasks"
+        self.record_geometry = p + "tg"
         self.ready_bands = p + "readyp"  # zset: priority bands holding queued tasks, score = -priority
         self.delayed = p + "delayed"  # zset: id, score = due time (ms, Redis clock)
         self.inflight = p + "inflight"  # zset: id, score = dispatch time (ms)
@@ -59,6 +63,10 @@ class QueueKeys:
         # Refetch schedules (state/schedules.py, _refetch.lua), per shard
         self.schedules = p + "sched"  # hash: 't:<task>', 'h:<host>', 't:<task>@<host>' -> schedule
         self.refetch = p + "refetch"  # zset: completed ids waiting for a scheduled run, score = due (ms)
+
+    def record_bucket(self, index: int) -> str:
+        """Hash of record bucket ``index`` (must match rec_key() in _records.lua)."""
+        return f"{self.prefix}t:{index}"
 
     def ready_list(self, priority: int | str) -> str:
         """List of queued ids of one priority band, FIFO (must match ready_key() in _common.lua)."""

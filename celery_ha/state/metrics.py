@@ -22,6 +22,7 @@ import redis
 
 from celery_ha.redisio.cluster import is_cluster_client
 from celery_ha.state.keys import QueueKeys
+from celery_ha.state.record_store import read_records
 from celery_ha.state.shards import namespace_keys
 
 #: Bucket upper bounds per decade, in tenths of a ms (``HIST_STEPS`` in ``_common.lua``).
@@ -260,7 +261,7 @@ def _shard_reads(client: redis.Redis, k: QueueKeys, now_ms: int) -> dict[str, An
         heads = [tid for ids in replies[1::2] for tid in ids]
     if gated and int(gated) > 0:
         heads += _host_heads(client, k)
-    starts = [s for s in map(_ready_since, client.hmget(k.tasks, heads) if heads else []) if s is not None]
+    starts = [s for s in map(_ready_since, read_records(client, k, heads) if heads else []) if s is not None]
     return {"queued": queued, "dispatched": dispatched, "running": running, "delayed": delayed, "dead": dead,
             "history": history, "stats": stats, "hist": hist, "items": int(items), "starts": starts,
             "first_sent": [int(first_sent[0][1])] if first_sent else [],

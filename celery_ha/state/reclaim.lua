@@ -1,13 +1,13 @@
 --[[ Reclaim expired leases, oldest expiry first, at most `batch` per call (cost O(expired)).
-  Bulk commands per 1000 ids: the batch leaves `running` in one ZREM, its records are read with one
-  HMGET and written back with one HSET, and it re-enters the front of its bands in one LPUSH per band.
+  Bulk commands per 1000 ids: the batch leaves `running` in one ZREM and re-enters the front of its
+  bands in one LPUSH per band; each record is read and written back in its bucket (_records.lua).
   KEYS[1]  tasks
   KEYS[2]  readyp
   KEYS[5]  running
   KEYS[6]  dead (a task past max_stalls)
   KEYS[10] stats
   KEYS[11] wake (one token per requeued task)
-  Same slot: the ready lists r:<priority> and a gated task's host keys (_hosts.lua) it may touch are
+  Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority> and a gated task's host keys (_hosts.lua) it may touch are
     named from ARGV[1], the prefix every KEYS entry starts with (its {hash tag} included), so they
     share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
@@ -40,8 +40,8 @@ end
 for j = 1, #ids, 1000 do
   local last = math.min(j + 999, #ids)
   redis.call('ZREM', K_RUNNING, unpack(ids, j, last))
-  local raws = redis.call('HMGET', K_TASKS, unpack(ids, j, last))
-  local writes = {}
+  local raws = {}
+  for k = j, last do raws[k - j + 1] = rec_get(ids[k]) end
   for k = 1, last - j + 1 do
     if raws[k] then
       local id = ids[j + k - 1]
@@ -63,12 +63,10 @@ for j = 1, #ids, 1000 do
           requeued = requeued + 1
           if named then requeued_ids[#requeued_ids + 1] = id end
         end
-        writes[#writes + 1] = id
-        writes[#writes + 1] = encode(st, payload)
+        save(id, st, payload)
       end
     end
   end
-  if #writes > 0 then redis.call('HSET', K_TASKS, unpack(writes)) end
 end
 band_flush(front, 'LPUSH', now)
 incr('reclaimed', requeued + dead)

@@ -82,14 +82,15 @@ class TaskInfo:
         object.__setattr__, about half of the cost)."""
         head, _, body = raw.partition("\n")
         st = _loads(head)
-        payload = _loads(body) if body else _EMPTY
+        # A payload of the URL alone is the bare URL; a JSON payload starts with '{' (_common.lua).
+        payload = _loads(body) if body[:1] == "{" else {"u": body} if body else _EMPTY
         get = st.get
         ct, ut, due = get("ct"), get("ut"), get("due")
         info = object.__new__(cls)
         info.__dict__.update(
             id=task_id,
             url=payload.get("u", ""),
-            task=get("n", ""),
+            task=get("n", DEFAULT_TASK),
             state=STATE_NAMES.get(get("s", ""), get("s", "")),
             priority=int(get("p", 0)),
             meta=payload.get("m") or {},
@@ -115,6 +116,8 @@ class TaskInfo:
 
 _loads = json.JSONDecoder().decode
 _EMPTY: dict[str, Any] = {}
+#: The task name a record leaves out (DEFAULT_TASK of _common.lua).
+DEFAULT_TASK = "fetch_page"
 
 
 @dataclass

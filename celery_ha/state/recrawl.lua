@@ -8,7 +8,7 @@
   KEYS[8]  done (the old sorted set of finished dedup ids: the id leaves it, as it leaves the buckets)
   KEYS[10] stats
   KEYS[11] wake (one token per queued task)
-  Same slot: the ready lists r:<priority>, the buckets of remembered ids (_remembered.lua: d:<3 chars>,
+  Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority>, the buckets of remembered ids (_remembered.lua: d:<3 chars>,
     d:~; the id is no longer a finished dedup id), a gated task's host keys (_hosts.lua) and the
     refetch index (_refetch.lua: a scheduled id leaves it; its next completion schedules it again)
     it may touch are

@@ -16,6 +16,7 @@ import redis
 
 from celery_ha.state.counts import queue_stats
 from celery_ha.state.keys import QueueKeys
+from celery_ha.state.record_store import read_records
 from celery_ha.state.records import Dispatched
 from celery_ha.state.replies import dispatched_from
 from celery_ha.state.shards import shard_of
@@ -81,12 +82,12 @@ def dispatch_shards(client: redis.Redis, keys: list[QueueKeys], run: DispatchOne
 
 
 def records(client: redis.Redis, keys: list[QueueKeys], ids: list[str]) -> list[str | None]:
-    """The raw records of ``ids`` (None where unknown), one HMGET per shard involved."""
+    """The raw records of ``ids`` (None where unknown), one script call per shard involved."""
     if len(keys) == 1:
-        return list(client.hmget(keys[0].tasks, ids))
+        return read_records(client, keys[0], ids)
     out: list[str | None] = [None] * len(ids)
     for shard, positions in by_shard(ids, len(keys)).items():
-        raws = client.hmget(keys[shard].tasks, [ids[p] for p in positions])
+        raws = read_records(client, keys[shard], [ids[p] for p in positions])
         for p, raw in zip(positions, raws, strict=True):
             out[p] = raw
     return out

@@ -81,9 +81,10 @@ def namespace_keys(client: redis.Redis, namespace: str) -> list[QueueKeys]:
 def _holds_tasks(client: redis.Redis, keys: list[QueueKeys]) -> bool:
     pipe = client.pipeline(transaction=False)
     for k in keys:
-        pipe.hlen(k.tasks)
+        pipe.hlen(k.tasks)  # records of earlier releases
+        pipe.hget(k.record_geometry, "n")  # records in buckets (_records.lua)
         pipe.hlen(k.items)
-    return any(int(n) for n in pipe.execute())
+    return any(int(n or 0) for n in pipe.execute())
 
 
 def check_count(client: redis.Redis, namespace: str, count: int) -> None:

@@ -17,6 +17,7 @@ import redis
 from celery_ha.redisio.clock import redis_now_ms
 from celery_ha.redisio.scripts import eval_script
 from celery_ha.state.keys import QueueKeys
+from celery_ha.state.record_store import read_records
 from celery_ha.state.records import TaskInfo
 from celery_ha.state.shards import namespace_keys
 
@@ -125,7 +126,7 @@ def running_by_worker(client: redis.Redis, namespace: str, limit: int = 10_000) 
         ids = client.zrange(keys.running, 0, limit - 1)
         if not ids:
             continue
-        for tid, raw in zip(ids, client.hmget(keys.tasks, ids), strict=True):
+        for tid, raw in zip(ids, read_records(client, keys, ids), strict=True):
             if not raw:
                 continue
             info = TaskInfo.parse(tid, raw)

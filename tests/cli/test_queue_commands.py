@@ -10,8 +10,10 @@ import redis
 
 from celery_ha import TaskQueue
 from celery_ha.state import task_id_for
+from celery_ha.state.keys import QueueKeys
 from celery_ha.state.worker_registry import heartbeat, register_task_names
 from tests.support.cli import SECRET, assert_one_line_error, run
+from tests.support.records import record_count
 
 
 @pytest.fixture
@@ -199,11 +201,11 @@ def test_purge_removes_only_the_namespace(redis_url: str, r: redis.Redis) -> Non
     r.set("unrelated", "1")
     refused = cli(redis_url, "purge", namespace="a")
     assert_one_line_error(refused, code=2, contains="--yes")
-    assert r.exists("cha:{a}:tasks")
+    assert record_count(r, QueueKeys("a")) == 50
     result = cli(redis_url, "purge", "--yes", namespace="a")
     assert result.exit_code == 0 and "purged namespace a" in result.stdout
     assert not r.keys("cha:{a}:*")
-    assert r.exists("cha:{ab}:tasks") and r.get("unrelated") == "1"
+    assert record_count(r, QueueKeys("ab")) == 1 and r.get("unrelated") == "1"
 
 
 def test_enqueue_file_with_a_bom_binary_or_non_utf8_bytes(redis_url: str, q: TaskQueue,

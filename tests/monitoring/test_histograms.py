@@ -23,6 +23,7 @@ from celery_ha.state.metrics import (
     parse_histograms,
     read_queue_metrics,
 )
+from tests.support.records import put_raw_record, raw_record
 
 
 @pytest.fixture
@@ -32,11 +33,11 @@ def q(redis_url: str) -> TaskQueue:
 
 def _backdate(r: redis.Redis, q: TaskQueue, tid: str, field: str, ms_ago: int) -> None:
     """Move one timestamp of a stored record into the past (the test plays the passing of time)."""
-    raw = r.hget(q.keys.tasks, tid)
+    raw = raw_record(r, q.keys, tid)
     head, _, body = raw.partition("\n")
     st = json.loads(head)
     st[field] = str(redis_now_ms(r) - ms_ago)
-    r.hset(q.keys.tasks, tid, json.dumps(st, separators=(",", ":")) + "\n" + body)
+    put_raw_record(r, q.keys, tid, json.dumps(st, separators=(",", ":")) + "\n" + body)
 
 
 def _fields(r: redis.Redis, q: TaskQueue) -> dict[str, int]:
@@ -95,7 +96,7 @@ def test_a_dispatched_task_waits_from_its_enqueue_not_its_dispatch(r: redis.Redi
     assert q.claim(tid, "w1") is not None
     (field,) = _fields(r, q)
     assert int(field.split(":")[1]) == bucket_index(47_000)
-    assert "qt" not in r.hget(q.keys.tasks, tid).partition("\n")[0]  # dropped at the claim
+    assert "qt" not in raw_record(r, q.keys, tid).partition("\n")[0]  # dropped at the claim
 
 
 def test_a_retry_waits_from_its_due_time_and_a_handed_back_task_from_then(r: redis.Redis, q: TaskQueue

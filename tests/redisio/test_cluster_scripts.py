@@ -194,6 +194,7 @@ def _run_every_script(url: str) -> None:
     third = q.claim_next("w3")
     assert third is not None and q.release(third.task_id, worker="w3") == "queued"  # release
     q.cancel(ids[-1])  # cancel
+    assert q.get(ids[0]) is not None  # records (a read)
     q.hosts.set("example.com", concurrency=4)  # host_limits
     q.hosts.block("example.com", 1)  # host_block
     q.hosts.unblock("example.com")

@@ -148,6 +148,7 @@ def test_cli_uses_embedded_redis_when_asked_or_running(data_dir: Path) -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(run(["redis", "status", "--json"], env=env).stdout)
     assert data["mode"] == "embedded" and data["running"] and data["keys"] > 0
+    assert data["hash_max_listpack_value"] == 256 and "memory_note" not in data  # records stay compact
     assert "running" in run(["redis", "status"], env=env).stdout
     stop = run(["redis", "stop"], env=env)
     assert stop.exit_code == 0 and "stopped" in stop.stdout

@@ -61,3 +61,15 @@ def test_status_with_nearly_no_permissions_still_says_reachable(
 def test_status_with_full_rights_has_no_problems(redis_url: str) -> None:
     data = json.loads(run(["--redis-url", redis_url, "redis", "status", "--json"]).stdout)
     assert "problems" not in data and data["version"] and data["keys"] == 0
+
+
+def test_status_says_when_task_records_do_not_fit_their_compact_buckets(r: redis.Redis,
+                                                                         redis_url: str) -> None:
+    data = json.loads(run(["--redis-url", redis_url, "redis", "status", "--json"]).stdout)
+    assert data["hash_max_listpack_value"] == 64 and "set it to 256" in data["memory_note"]
+    r.config_set("hash-max-ziplist-value", 256)  # the session's own server, put back below
+    try:
+        data = json.loads(run(["--redis-url", redis_url, "redis", "status", "--json"]).stdout)
+        assert data["hash_max_listpack_value"] == 256 and "memory_note" not in data
+    finally:
+        r.config_set("hash-max-ziplist-value", 64)

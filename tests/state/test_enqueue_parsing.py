@@ -9,7 +9,6 @@ the rows themselves must be exactly what the reference functions give.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from urllib import parse
 
@@ -20,6 +19,7 @@ from celery_ha.base.errors import InvalidInput
 from celery_ha.base.urls import canonical_url
 from celery_ha.state.enqueue_args import RowDefaults, build_rows
 from celery_ha.state.ids import dedup_id
+from celery_ha.state.records import TaskInfo
 from tests.support.cli import run
 
 DEFAULTS = RowDefaults("fetch_page", 0, True, 3, 3, 65536)
@@ -44,7 +44,7 @@ def test_rows_of_general_urls_parse_each_url_once(splits: list[str]) -> None:
     assert len(splits) == len(GENERAL)  # was 3 per URL
     for url, row in zip(GENERAL, rows, strict=True):
         assert row[0] == dedup_id("fetch_page", canonical_url(url))
-        assert json.loads(row[6]) == {"u": url}
+        assert TaskInfo.parse(row[0], '{"s":"q"}\n' + row[6]).url == url  # its payload: the URL alone
 
 
 def test_rows_without_dedup_still_check_the_url(splits: list[str]) -> None:

@@ -11,6 +11,7 @@ from celery_ha import InvalidInput, LeaseLost, TaskQueue
 from celery_ha.state.list_push import ListPush, message_priority
 from tests.support.invariants import check_invariants
 from tests.support.polling import wait_until
+from tests.support.records import put_raw_record, raw_record
 
 KEYS = tuple(f"out:{p}" for p in range(10))
 #: A JSON message of every code, so what the script rendered can be read back.
@@ -100,7 +101,7 @@ def test_an_id_the_template_would_need_to_escape_is_left_to_the_caller(q: TaskQu
     plain = q.enqueue("https://example.com/plain")
     odd = 'odd"id'
     # A record under an id no enqueue makes (ids are alphanumeric), queued behind `plain`.
-    r.hset(q.keys.tasks, odd, r.hget(q.keys.tasks, plain))
+    put_raw_record(r, q.keys, odd, raw_record(r, q.keys, plain))
     r.rpush(f"{q.keys.prefix}r:0", odd)
     done = q.complete_and_push(q.claim(first, "w"), window=2, push=ListPush(KEYS, TEMPLATE))
     assert [d.task_id for d in done.to_send] == [odd]

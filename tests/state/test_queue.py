@@ -16,6 +16,7 @@ from celery_ha.state.replies import REASONS
 from celery_ha.state.url_rules import check_rules
 from tests.support.invariants import check_invariants
 from tests.support.polling import wait_until
+from tests.support.records import delete_record, raw_record, record_count
 
 
 def redis_ms(r: redis.Redis) -> float:
@@ -99,7 +100,7 @@ def test_dedup_outlives_completion_and_history_trim(redis_url: str, r: redis.Red
     ids = q.enqueue_many([f"https://example.com/p/{i}" for i in range(5)])
     while (lease := q.claim_next("w")) is not None:
         q.complete(lease)
-    assert r.hlen(q.keys.tasks) <= 3  # history bounded (trimmed a few per completion)
+    assert record_count(r, q.keys) <= 3  # history bounded (trimmed a few per completion)
     assert q.enqueue("https://example.com/p/0") == ids[0]
     assert q.stats()["queued"] == 0 and q.stats()["duplicates"] == 1
     no_dedup = q.enqueue("https://example.com/p/0", dedup=False)
@@ -521,7 +522,7 @@ def test_each_refusal_reaches_the_caller_with_its_reason(q: TaskQueue, r: redis.
     lost(lambda: q.commit(dead, []), Refusal.DEAD)
     assert q.claim(ids[2], "w") is None and q.redrive(ids[3]) == 0  # ids[3] is queued, not dead
 
-    r.hdel(q.keys.tasks, ids[2])  # as if its history had been trimmed
+    delete_record(r, q.keys, ids[2])  # as if its history had been trimmed
     lost(lambda: q.save_checkpoint(dead, {"p": 2}), Refusal.UNKNOWN)
     with pytest.raises(TaskNotFound, match="no task 'nope' in namespace 'default'"):
         q.redrive("nope")
@@ -566,9 +567,9 @@ def test_a_claim_refuses_a_non_positive_or_non_finite_ttl_and_writes_nothing(red
                                                                                ttl: float) -> None:
     q = TaskQueue.from_url(redis_url, namespace="ttl")
     tid = q.enqueue("https://example.com/ttl")
-    before = r.hget(q.keys.tasks, tid)
+    before = raw_record(r, q.keys, tid)
     with pytest.raises(InvalidInput):
         q.claim(tid, "w1", ttl=ttl)
     with pytest.raises(InvalidInput):
         q.claim_next("w1", ttl=ttl)
-    assert r.hget(q.keys.tasks, tid) == before and q.get(tid).state == "queued"
+    assert raw_record(r, q.keys, tid) == before and q.get(tid).state == "queued"

@@ -15,6 +15,7 @@ from celery_ha.state.done_times import count_remembered, remembered
 from celery_ha.state.records import Lease
 from celery_ha.state.replies import Refusal
 from tests.support.invariants import check_invariants
+from tests.support.records import raw_record, record_count
 
 URL = "https://example.com/page"
 
@@ -78,7 +79,7 @@ def test_a_url_the_history_forgot_starts_above_every_earlier_token(redis_url: st
     lease = q.claim(tid, "w:1")
     assert lease is not None
     q.complete(lease)  # history_max=0: the record is dropped at once
-    assert r.hget(q.keys.tasks, tid) is None and remembered(r, q.keys, tid)
+    assert raw_record(r, q.keys, tid) is None and remembered(r, q.keys, tid)
     assert q.enqueue_many_with_status([URL], recrawl_after=0) == [(tid, True)]
     fresh = q.claim(tid, "w:2")
     assert fresh is not None and fresh.token > lease.token
@@ -142,7 +143,7 @@ def test_the_sweep_forgets_finished_ids_past_the_ttl_once_the_history_let_go(red
         lease = trimmed.claim(t, "w:1")
         assert lease is not None
         trimmed.complete(lease)
-    assert count_remembered(r, trimmed.keys) == 5 and r.hlen(trimmed.keys.tasks) == 0
+    assert count_remembered(r, trimmed.keys) == 5 and record_count(r, trimmed.keys) == 0
     assert trimmed.forget_finished(batch=2) == 5  # several bounded rounds
     assert count_remembered(r, trimmed.keys) == 0
     forever = TaskQueue(client, "trim", history_max=0)  # no TTL: nothing is forgotten

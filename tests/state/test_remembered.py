@@ -19,6 +19,7 @@ from celery_ha.state.done_times import (
 )
 from celery_ha.state.replay import enqueue_if_absent
 from tests.support.invariants import check_invariants
+from tests.support.records import record_count
 
 URL = "https://example.com/r/{}"
 
@@ -64,7 +65,7 @@ def test_finished_ids_are_remembered_in_their_buckets_with_the_hour(redis_url: s
     assert marked == len(held) > 200
     for tid in ids:
         assert before <= int(raw.hget(*done_slot(q.keys.prefix, tid))) <= after
-    assert not r.exists(q.keys.done) and r.hlen(q.keys.tasks) == 0  # no sorted set, no record
+    assert not r.exists(q.keys.done) and record_count(r, q.keys) == 0  # no sorted set, no record
     assert all(bucket.startswith(q.keys.prefix + "d:") and len(bucket) == len(q.keys.prefix) + 5
                for bucket in r.scan_iter(match=q.keys.prefix + "d:*"))
     assert not any(created for _, created in q.enqueue_many_with_status(urls))

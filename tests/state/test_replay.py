@@ -9,6 +9,7 @@ from celery_ha import InvalidInput, TaskQueue
 from celery_ha.state.done_times import done_slot
 from celery_ha.state.replay import enqueue_if_absent
 from tests.support.invariants import check_invariants
+from tests.support.records import drop_records, record_count
 
 
 @pytest.fixture
@@ -68,20 +69,21 @@ def test_a_finished_dedup_task_is_not_created_again(q: TaskQueue, r: redis.Redis
     assert enqueue_if_absent(q, [(tid, "https://example.com/done")]) == [True]
     # What a completion leaves once the history is trimmed: the id remembered (hour 1), no record. A
     # replay repeats a request: however long ago the task finished, it is not a recrawl.
-    r.delete(q.keys.tasks, q.keys.ready_list(0), q.keys.ready_bands)
+    drop_records(r, q.keys)
+    r.delete(q.keys.ready_list(0), q.keys.ready_bands)
     r.hset(*done_slot(q.keys.prefix, tid), 1)
     assert enqueue_if_absent(q, [(tid, "https://example.com/done")]) == [False]
-    assert q.ready_ids() == [] and r.hlen(q.keys.tasks) == 0
+    assert q.ready_ids() == [] and record_count(r, q.keys) == 0
     # The same from the sorted set `done` of the layout before, then from a 0.1 release's dedup set,
     # before the sweep moved them.
     r.delete(done_slot(q.keys.prefix, tid)[0])
     r.zadd(q.keys.done, {tid: 1})
     assert enqueue_if_absent(q, [(tid, "https://example.com/done")]) == [False]
-    assert q.ready_ids() == [] and r.hlen(q.keys.tasks) == 0
+    assert q.ready_ids() == [] and record_count(r, q.keys) == 0
     r.delete(q.keys.done)
     r.sadd(q.keys.legacy_seen, tid)
     assert enqueue_if_absent(q, [(tid, "https://example.com/done")]) == [False]
-    assert q.ready_ids() == [] and r.hlen(q.keys.tasks) == 0
+    assert q.ready_ids() == [] and record_count(r, q.keys) == 0
 
 
 def test_the_same_id_twice_in_one_call_is_created_once(q: TaskQueue) -> None:

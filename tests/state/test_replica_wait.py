@@ -15,6 +15,7 @@ from celery_ha import TaskQueue
 from celery_ha.base.settings import Settings
 from celery_ha.runtime.redis_process import RedisProcess, free_port
 from tests.support.polling import wait_until
+from tests.support.records import raw_record
 
 
 @pytest.fixture
@@ -49,8 +50,8 @@ def test_transitions_wait_for_the_replica_and_stop_waiting_at_the_timeout(
     assert lease is not None
     waiting.renew(lease)  # loads the script: a first call meets NOSCRIPT, and waits twice
     assert waiting._scripts.wait.short == 0  # the replica answered every WAIT
-    assert redis.Redis(port=replica.port, decode_responses=True).hget(waiting.keys.tasks, tid) == \
-        client.hget(waiting.keys.tasks, tid)
+    assert raw_record(redis.Redis(port=replica.port, decode_responses=True), waiting.keys, tid) == \
+        raw_record(client, waiting.keys, tid)
 
     assert replica.proc is not None
     os.kill(replica.proc.pid, signal.SIGSTOP)  # the replica stops acknowledging

@@ -22,13 +22,14 @@ from celery_ha.state.shards import shard_of, shard_tags
 from celery_ha.state.sink import count_items, iter_items
 from celery_ha.state.worker_registry import heartbeat, running_by_worker
 from tests.support.polling import wait_until
+from tests.support.records import has_record, record_count
 from tests.support.redis_cluster import RedisClusterGroup
 
 URLS = [f"https://example.com/page/{i}" for i in range(30_000)]
 
 
 def _per_shard(r: redis.Redis, q: TaskQueue) -> list[int]:
-    return [int(r.hlen(k.tasks)) for k in q.shard_keys()]
+    return [record_count(r, k) for k in q.shard_keys()]
 
 
 def test_one_shard_is_exactly_the_unsharded_layout(redis_url: str, r: redis.Redis) -> None:
@@ -56,7 +57,7 @@ def test_three_shards_share_30000_tasks_within_ten_percent(redis_url: str, r: re
     mean = statistics.mean(counts)
     assert sum(counts) == 30_000 and all(abs(c - mean) <= 0.1 * mean for c in counts), counts
     assert q.stats()["queued"] == 30_000
-    assert all(r.hexists(q.shard_keys()[shard_of(t, 3)].tasks, t) for t in ids[:100])  # routed by id
+    assert all(has_record(r, q.shard_keys()[shard_of(t, 3)], t) for t in ids[:100])  # routed by id
 
 
 def test_enqueue_many_is_one_round_trip_per_shard(redis_url: str) -> None:
@@ -168,7 +169,7 @@ def test_three_shards_on_the_cluster_put_a_share_on_every_master(cluster_url: st
     tasks = [0] * len(ports)
     for k in q.shard_keys():
         owner = c.nodes_manager.get_node_from_slot(c.keyslot(k.tasks))
-        tasks[ports.index(owner.port)] += int(c.hlen(k.tasks))
+        tasks[ports.index(owner.port)] += record_count(c, k)
     mean = statistics.mean(tasks)
     assert all(abs(t - mean) <= 0.1 * mean for t in tasks), tasks
     lease = q.claim_next("w")
@@ -188,6 +189,6 @@ def test_a_replayed_enqueue_lands_in_the_shard_of_its_id(redis_url: str, r: redi
     assert enqueue_if_absent(q, fixed) == [True] * 12
     assert enqueue_if_absent(q, fixed) == [False] * 12  # a second send queues nothing
     for task_id, _ in fixed:
-        assert r.hexists(q.shard_keys()[shard_of(task_id, 3)].tasks, task_id)
+        assert has_record(r, q.shard_keys()[shard_of(task_id, 3)], task_id)
     lease = q.claim(fixed[5][0], "w")
     assert lease is not None and lease.url == URLS[5]

@@ -18,6 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from celery_ha import LeaseLost, TaskQueue
 from celery_ha.runtime.redis_process import RedisProcess
 from tests.support.invariants import check_invariants
+from tests.support.records import has_record
 
 URLS = [f"https://example.com/page/{i}" for i in range(12)]
 TTL = 0.05
@@ -86,7 +87,7 @@ class QueueMachine(RuleBasedStateMachine):
         if not self.ids:
             return
         tid = sorted(self.ids)[pick % len(self.ids)]
-        before = self.q.get(tid).state if self.r.hexists(self.q.keys.tasks, tid) else None
+        before = self.q.get(tid).state if has_record(self.r, self.q.keys, tid) else None
         lease = self.q.claim(tid, worker)
         assert (lease is not None) == (before in ("queued", "dispatched"))
         if lease is not None:
@@ -251,7 +252,7 @@ class HostQueueMachine(QueueMachine):
         if not self.ids:
             return
         tid = sorted(self.ids)[pick % len(self.ids)]
-        before = self.q.get(tid) if self.r.hexists(self.q.keys.tasks, tid) else None
+        before = self.q.get(tid) if has_record(self.r, self.q.keys, tid) else None
         blocked = before is not None and before.host is not None and \
             self.q.hosts.get(before.host).blocked_until is not None
         lease = self.q.claim(tid, worker)

@@ -10,9 +10,21 @@ import redis
 from celery_ha.state import TaskQueue
 from celery_ha.state.counts import live_band_ids
 from celery_ha.state.done_times import count_remembered
+from celery_ha.state.keys import QueueKeys
+from celery_ha.state.record_store import all_records
 
 #: state code -> the structure that must hold the id
 _STRUCTURE_OF = {"q": "ready", "d": "inflight", "r": "running", "w": "delayed", "x": "dead", "c": "completed"}
+
+
+def _records(r: redis.Redis, k: QueueKeys) -> dict[str, str]:
+    """Every record of the shard; an id held twice (in a bucket and in the hash of earlier releases,
+    or in two buckets) breaks the layout's invariant: a record lives in exactly one place."""
+    pairs = list(all_records(r, k))
+    held = Counter(tid for tid, _ in pairs)
+    twice = {tid: n for tid, n in held.items() if n > 1}
+    assert not twice, f"records held in more than one place: {twice}"
+    return dict(pairs)
 
 
 def stale_entries(r: redis.Redis, q: TaskQueue) -> int:
@@ -54,7 +66,7 @@ def check_invariants(r: redis.Redis, q: TaskQueue) -> dict[str, str]:
     states: dict[str, str] = {}
     # A completed task waiting for a scheduled run keeps its record after the history let it go.
     scheduled = {tid for shard in q._shards for tid in r.zrange(shard.refetch, 0, -1)}
-    for tid, raw in r.hgetall(q.keys.tasks).items():
+    for tid, raw in _records(r, q.keys).items():
         st = json.loads(raw.partition("\n")[0])
         expected = _STRUCTURE_OF[st["s"]]
         if st["s"] == "c" and tid in scheduled and tid not in location:
@@ -89,7 +101,7 @@ def check_hosts(r: redis.Redis, q: TaskQueue) -> None:
     queued: dict[str, set[str]] = {}
     active: Counter[str] = Counter()
     dispatched: Counter[str] = Counter()
-    for tid, raw in r.hgetall(k.tasks).items():
+    for tid, raw in _records(r, k).items():
         st = json.loads(raw.partition("\n")[0])
         host = st.get("h")
         if host is None:

@@ -7,7 +7,9 @@ import redis
 
 from celery_ha import TaskQueue
 from celery_ha.runtime.redis_process import free_port
+from celery_ha.state.keys import QueueKeys
 from tests.contrib.django.conftest import Project
+from tests.support.records import has_record
 
 PAGES = ("/admin/celery-ha/", "/admin/celery-ha/dead/", "/admin/celery-ha/task/{dead}/",
          "/admin/celery-ha/outbox/")
@@ -62,7 +64,7 @@ def test_the_outbox_page_relays_on_request(project: Project, r: redis.Redis) -> 
     out = project.scenario("outbox_page")
     assert "LeftOver0004" in out["listed"] and "1 request(s) committed" in out["dashboard"]
     assert "Relayed 1 request(s), 0 left" in out["relayed"]  # the admin capitalizes messages
-    assert out["outbox"] == 0 and r.hexists("cha:{shop}:tasks", "LeftOver0004")
+    assert out["outbox"] == 0 and has_record(r, QueueKeys("shop"), "LeftOver0004")
 
 
 def test_an_unreachable_redis_is_a_page_saying_so(project: Project) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import redis
 
+from celery_ha.state.keys import QueueKeys
 from tests.contrib.django.conftest import Project
+from tests.support.records import has_record
 
 
 def test_a_task_is_queued_when_the_transaction_commits_and_not_before(project: Project,
@@ -15,7 +17,7 @@ def test_a_task_is_queued_when_the_transaction_commits_and_not_before(project: P
     assert (out["task"], out["priority"], out["meta"], out["max_attempts"], out["dedup"]) == (
         "crawl_list", 3, {"o": 1}, 2, True)
     assert out["max_stalls"] == 3 and out["namespace"] == "shop"  # CELERY_HA["NAMESPACE"]
-    assert r.hexists("cha:{shop}:tasks", out["id"])
+    assert has_record(r, QueueKeys("shop"), out["id"])
     assert project.db.count("shop_order") == 1
     # dedup=False: a task of its own each time, queued once each
     assert len(set(out["plain"]) | {out["id"]}) == 3 and out["plain_states"] == ["queued", "queued"]

@@ -15,8 +15,10 @@ import pytest
 import redis
 
 from celery_ha.runtime.redis_process import RedisProcess, free_port
+from celery_ha.state.keys import QueueKeys
 from tests.contrib.django.conftest import PROJECT, Project
 from tests.support.polling import wait_until
+from tests.support.records import all_records, has_record
 
 PUSH_TIMEOUT = 0.5  # the test project's CELERY_HA["PUSH_TIMEOUT"]
 SLACK = 1.0  # a loaded 2-core machine: process scheduling, Django's commit itself
@@ -33,7 +35,7 @@ def own_redis(tmp_path: Path) -> Iterator[RedisProcess]:
 
 
 def _tasks(client: redis.Redis, namespace: str = "shop") -> dict[str, str]:
-    return client.hgetall(f"cha:{{{namespace}}}:tasks")
+    return dict(all_records(client, QueueKeys(namespace)))
 
 
 def _ready(client: redis.Redis, namespace: str = "shop") -> list[str]:
@@ -154,7 +156,7 @@ def test_beat_relays_the_outbox(project: Project, r: redis.Redis, tmp_path: Path
     try:
         wait_until(lambda: project.db.count("celery_ha_outbox") == 0, timeout=60, interval=0.2,
                    what=f"beat to relay the outbox (log: {tmp_path / 'worker.log'})")
-        assert r.hexists("cha:{shop}:tasks", task_id)
+        assert has_record(r, QueueKeys("shop"), task_id)
     finally:
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait(timeout=30)

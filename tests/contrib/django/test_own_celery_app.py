@@ -14,8 +14,10 @@ import redis
 
 from celery_ha.demo import DemoSite
 from celery_ha.state import TaskQueue
+from celery_ha.state.keys import QueueKeys
 from tests.contrib.django.conftest import PROJECT, Project
 from tests.support.polling import wait_until
+from tests.support.records import has_record
 
 LEFTOVER = {"url": "https://shop.example/own-app", "task": "fetch_page", "priority": 0, "meta": {},
             "dedup": True}
@@ -39,7 +41,7 @@ def test_own_app_worker_and_beat_read_the_celery_ha_dict(project: Project, r: re
         # beat (celery-ha's relay entry, from the dict's EXTRA_IMPORTS) pushes the outbox to Redis
         wait_until(lambda: project.db.count("celery_ha_outbox") == 0, timeout=60, interval=0.2,
                    what=f"beat to relay the outbox (log: {log_path})")
-        assert r.hexists("cha:{shop}:tasks", task_id)
+        assert has_record(r, QueueKeys("shop"), task_id)
         # the worker serves the dict's namespace on the dict's Redis: a shipped task runs to the end
         q = TaskQueue.from_url(project.env["DJPROJ_REDIS_URL"], namespace="shop")
         with DemoSite(total=10, page_size=10) as site:

@@ -357,11 +357,16 @@ def main() -> None:
     ap.add_argument("--only-remembered", action="store_true",
                     help="measure only the memory of remembered URLs (phase 3)")
     ap.add_argument("--redis-server", help="the redis-server binary (default: the one on PATH)")
+    ap.add_argument("--task", default="celery_ha.crawl",
+                    help="the task name of every enqueued task (default celery_ha.crawl; a record leaves out "
+                         "the name fetch_page)")
     ap.add_argument("--listpack-value", type=int, default=0,
                     help="hash-max-listpack-value of its server (0: the server's default, 64): records "
                          "longer than it make their bucket an ordinary hash (README 'Limits')")
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args()
+    global TASK
+    TASK = args.task
     binary = args.redis_server or shutil.which("redis-server") or ""
     srv = RedisProcess(port=free_port(), binary=binary, extra_args=["--slowlog-log-slower-than", str(SLOW_US),
                                                      "--slowlog-max-len", "100000"]).start()
@@ -372,6 +377,7 @@ def main() -> None:
             r.config_set("hash-max-ziplist-value", args.listpack_value)  # its alias on 7.x
         info = r.info("server")
         results: dict[str, Any] = {"redis": info["redis_version"], "load_at_start": os.getloadavg()[0],
+                                   "task": TASK,
                                    "listpack_value": int(r.config_get("hash-max-ziplist-value")
                                                          ["hash-max-ziplist-value"]),
                                    "sizes": []}

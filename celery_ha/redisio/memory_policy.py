@@ -6,7 +6,7 @@ guarantees (tasks stuck with no record, outputs lost). ``noeviction`` makes a fu
 writes instead (a loud error, nothing lost). Workers refuse to start on an evicting Redis unless
 ``CELERY_HA_ALLOW_EVICTION=1``; beat, ``stats`` and ``redis status`` warn.
 
-One more setting decides how much memory a task takes: task records live in small hashes of ~64
+One more setting decides how much memory a task takes: task records live in small hashes of 16-32
 records (``state/_records.lua``), which Redis keeps as one compact listpack only while every value
 fits ``hash-max-listpack-value`` (default 64 bytes; a record with a ~60-character URL is ~100). Below
 :data:`RECORD_VALUE_BYTES` a queued task takes ~190 B instead of ~150 B: ``redis status`` says so.

@@ -2,7 +2,7 @@
   where task records live. A record is one field of a small hash, a bucket, instead of an entry of
   one namespace-wide hash: a hash of 10M entries doubles its table in steps that every write pays
   for a while (enqueue calls over 10 ms at depth), and each of its entries is three allocations
-  (~90 bytes of overhead beside the record). A bucket of a few dozen records stays a listpack (one
+  (~90 bytes of overhead beside the record). A bucket of 16-32 records stays a listpack (one
   allocation, ~3 bytes per field and value) while its values fit hash-max-listpack-value (default
   64 bytes: a record is longer, so the compact form needs the setting raised, README "Limits of the
   task layer"; otherwise a bucket is an ordinary small hash, as big as before, and only the flat
@@ -11,7 +11,7 @@
   split pointer S, an id whose hash is h lives in bucket h mod 2^L, or h mod 2^(L+1) when that is
   below S. When the records pass LOAD per bucket, bucket S is split: its records whose hash mod
   2^(L+1) is S + 2^L move to that new bucket, S advances, and once it reaches 2^L, L grows and S
-  goes back to 0. A split moves one bucket's records (a few dozen): every call stays bounded, at
+  goes back to 0. A split moves one bucket's records (a dozen or two): every call stays bounded, at
   any depth. Buckets never merge back (an emptied one is no key at all).
   Keys (same hash tag as KEYS[1]: named from PREFIX, ARGV[1]):
     tg      hash: l (level L), s (split pointer S), n (records in buckets)
@@ -24,7 +24,7 @@
   (a batch of writes counts its new records once, at the settle).
 ]]
 local K_GEOM = PREFIX .. 'tg'
-local REC_LOAD = 64 -- records per bucket before a split
+local REC_LOAD = 16 -- records per bucket before a split (benchmarks/RESULTS.md: 64 scanned longer listpacks)
 local REC_IDX = {}
 do
   local alpha = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'

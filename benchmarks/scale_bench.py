@@ -105,7 +105,8 @@ def pct(values: list[float], p: float) -> float:
 
 
 def bench_size(r: redis.Redis, raw: redis.Redis, n: int, lifecycles: int, check_remembered: bool,
-               batch: int | None, only_remembered: bool = False) -> dict[str, Any]:
+               batch: int | None, only_remembered: bool = False, only_enqueue: bool = False
+               ) -> dict[str, Any]:
     out: dict[str, Any] = {"n": n}
     r.flushall()
     q = TaskQueue(r, NS, history_max=10_000)
@@ -127,6 +128,8 @@ def bench_size(r: redis.Redis, raw: redis.Redis, n: int, lifecycles: int, check_
                       "script_ms_mean": round(usec / max(calls, 1) / 1000, 2), **slow(r)}
     out["bytes_per_queued"] = round((used_memory(r) - base) / n, 1)
     print(f"  {n:,}: enqueue {out['enqueue']}, {out['bytes_per_queued']} B/queued task", flush=True)
+    if only_enqueue:
+        return out
 
     # Lifecycles at depth.
     reset(r)
@@ -357,6 +360,8 @@ def main() -> None:
     ap.add_argument("--only-remembered", action="store_true",
                     help="measure only the memory of remembered URLs (phase 3)")
     ap.add_argument("--redis-server", help="the redis-server binary (default: the one on PATH)")
+    ap.add_argument("--only-enqueue", action="store_true",
+                    help="measure only the enqueue (phase 1: rate, memory, slow calls)")
     ap.add_argument("--task", default="celery_ha.crawl",
                     help="the task name of every enqueued task (default celery_ha.crawl; a record leaves out "
                          "the name fetch_page)")
@@ -384,7 +389,7 @@ def main() -> None:
         print(f"redis {info['redis_version']} on port {srv.port}; load {os.getloadavg()}", flush=True)
         for n in (int(s) for s in args.sizes.split(",")):
             results["sizes"].append(bench_size(r, raw, n, args.lifecycles, args.check_remembered,
-                                               args.enqueue_batch, args.only_remembered))
+                                               args.enqueue_batch, args.only_remembered, args.only_enqueue))
         results["load_at_end"] = os.getloadavg()[0]
         print(json.dumps(results, indent=1))
         if args.json:

@@ -49,6 +49,7 @@ local K_TASKS, K_READYP, K_DELAYED, K_INFLIGHT = KEYS[1], KEYS[2], KEYS[3], KEYS
 local K_RUNNING, K_DEAD, K_COMPLETED, K_DONE = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_CKPT, K_STATS, K_WAKE, K_HIST = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local PREFIX = ARGV[1]
+--#include _base62
 --#include _records
 
 -- Integers as strings: ZADD scores, and the record's timestamps. Lua would format a number argument

@@ -20,16 +20,11 @@
             moves into its bucket at its next write, so a live namespace changes layout as it runs.
   The hash of an id of 12 base62 characters (celery_ha/state/ids.py) is its characters 1-5 read as
   a base-62 number (62^5 > 2^29); any other id hashes by h = (31h + byte) mod 2^31 over its bytes.
-  Defines: rec_get(id) -> raw or false; rec_set(id, raw); rec_del(ids); rec_batch() / rec_settle()
+  Uses IDX of _base62 (included before it). Defines: rec_get(id) -> raw or false; rec_set(id, raw); rec_del(ids); rec_batch() / rec_settle()
   (a batch of writes counts its new records once, at the settle).
 ]]
 local K_GEOM = PREFIX .. 'tg'
 local REC_LOAD = 16 -- records per bucket before a split (benchmarks/RESULTS.md: 64 scanned longer listpacks)
-local REC_IDX = {}
-do
-  local alpha = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
-  for j = 1, 62 do REC_IDX[string.byte(alpha, j)] = j - 1 end
-end
 local rec_level, rec_split, rec_mod -- the geometry, read at the first use (rec_mod = 2^level)
 local rec_old                       -- whether K_TASKS exists, read at the first need
 local rec_new, rec_batched = 0, false
@@ -37,7 +32,7 @@ local rec_new, rec_batched = 0, false
 local function rec_hash(id)
   if #id == 12 then
     local b1, b2, b3, b4, b5 = string.byte(id, 1, 5)
-    local v1, v2, v3, v4, v5 = REC_IDX[b1], REC_IDX[b2], REC_IDX[b3], REC_IDX[b4], REC_IDX[b5]
+    local v1, v2, v3, v4, v5 = IDX[b1], IDX[b2], IDX[b3], IDX[b4], IDX[b5]
     if v1 and v2 and v3 and v4 and v5 then
       return (((v1 * 62 + v2) * 62 + v3) * 62 + v4) * 62 + v5
     end

@@ -26,6 +26,7 @@
   older than this hour: the sweep starts a pass only once the TTL may have reached it).
   Before this layout, finished ids lived in the sorted set `done` (KEYS[8]; score = completion ms): it
   is still read (exact time) until the sweep has moved it into the buckets.
+  Uses IDX and CHR of _base62 (included by _common before it).
   Defines: DONE_BUCKETS, K_DK (the bitmap), done_hour(ms), hour_ms(hour), done_slot(id) -> key, field,
   bucket index;
   done_bucket(i) -> key of bucket i (0-based; DONE_BUCKETS is d:~); done_id(i, field) -> the id;
@@ -36,12 +37,6 @@ local DONE_EPOCH_MS = 1767225600000 -- 2026-01-01T00:00:00Z, hour 0
 local HOUR_MS = 3600000
 local DONE_BUCKETS = 62 * 62 * 31
 local K_DK = PREFIX .. 'dk'
-local ALPHA = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
-local IDX, CHR = {}, {} -- character byte -> index; index -> character byte
-for j = 1, 62 do
-  IDX[string.byte(ALPHA, j)] = j - 1
-  CHR[j - 1] = string.byte(ALPHA, j)
-end
 
 local function done_hour(ms)
   return math.floor((ms - DONE_EPOCH_MS) / HOUR_MS)

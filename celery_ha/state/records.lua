@@ -10,6 +10,7 @@
   Reply: one raw record per id, in order (nil where there is none).
 ]]
 local K_TASKS, PREFIX = KEYS[1], ARGV[1]
+--#include _base62
 --#include _records
 local out = {}
 for i = 2, #ARGV do out[i - 1] = rec_get(ARGV[i]) end

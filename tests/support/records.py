@@ -15,7 +15,9 @@ from celery_ha.state.record_store import all_records, read_record, record_count
 __all__ = ["all_records", "delete_record", "drop_records", "has_record", "put_raw_record", "raw_record",
            "record_count"]
 
-_RECORDS_LUA = (Path(celery_ha.state.__file__).parent / "_records.lua").read_text(encoding="utf-8")
+_STATE = Path(celery_ha.state.__file__).parent
+_RECORDS_LUA = "".join((_STATE / f"{name}.lua").read_text(encoding="utf-8")
+                       for name in ("_base62", "_records"))  # the includes, as _common orders them
 _WRITE = ("local K_TASKS, PREFIX = KEYS[1], ARGV[1]\n" + _RECORDS_LUA
           + "\nif ARGV[3] == '' then rec_del({ARGV[2]}) else rec_set(ARGV[2], ARGV[3]) end\nreturn 1\n")
 

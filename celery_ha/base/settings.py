@@ -137,12 +137,13 @@ def _text(name: str, text: str) -> str:
     return text
 
 
-#: Most namespaces one process serves at once (``CELERY_HA_WEB_NAMESPACES``).
+#: Most namespaces one process serves at once (``CELERY_HA_NAMESPACES``, ``CELERY_HA_WEB_NAMESPACES``).
 MAX_SERVED_NAMESPACES = 64
 
 
 def parse_namespaces(name: str, text: str) -> tuple[str, ...]:
-    """``"shop, news"`` -> the namespaces one ``celery-ha web`` serves (each checked, no repeats)."""
+    """``"shop, news"`` -> the namespaces one worker, beat or ``celery-ha web`` serves (each checked,
+    no repeats)."""
     names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
     if len(names) > MAX_SERVED_NAMESPACES:
         raise ConfigurationError(f"{name} names {len(names)} namespaces; at most {MAX_SERVED_NAMESPACES}")
@@ -173,6 +174,7 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "embedded": ("CELERY_HA_EMBEDDED", _flag),
     "broker_url": ("CELERY_BROKER_URL", _text),
     "namespace": ("CELERY_HA_NAMESPACE", _checked(check_namespace)),
+    "namespaces": ("CELERY_HA_NAMESPACES", parse_namespaces),
     "lease_ttl": ("CELERY_HA_LEASE_TTL", _number(float, 1, 86400)),
     "heartbeat_interval": ("CELERY_HA_HEARTBEAT_INTERVAL", _number(float, 0.05, 3600)),
     "reclaim_interval": ("CELERY_HA_RECLAIM_INTERVAL", _number(float, 0.1, 3600)),
@@ -229,6 +231,11 @@ class Settings:
     embedded: bool = False
     broker_url: str | None = None  # CELERY_BROKER_URL; None = the same Redis as the state layer
     namespace: str = "default"  # CELERY_HA_NAMESPACE
+    # CELERY_HA_NAMESPACES, "shop,news": the namespaces one worker or beat serves (its broker queues,
+    # leases, sweeps and pumps of each); empty = the one of CELERY_HA_NAMESPACE. When set, the process's
+    # own namespace (the CLI's, pump_now's) is CELERY_HA_NAMESPACE if given, which must be listed, else
+    # the first listed.
+    namespaces: tuple[str, ...] = ()
     lease_ttl: float = 30.0  # CELERY_HA_LEASE_TTL, seconds
     heartbeat_interval: float = 5.0  # CELERY_HA_HEARTBEAT_INTERVAL, seconds
     reclaim_interval: float = 10.0  # CELERY_HA_RECLAIM_INTERVAL, seconds
@@ -298,6 +305,11 @@ class Settings:
     validators_max: int = 1_000_000
 
     @property
+    def served_namespaces(self) -> tuple[str, ...]:
+        """Every namespace a worker or beat of these settings serves, its own first."""
+        return (self.namespace, *(ns for ns in self.namespaces if ns != self.namespace))
+
+    @property
     def host_gate(self) -> bool:
         """Whether this process switches the host gate on (CELERY_HA_HOSTS or a host default)."""
         return self.hosts or self.host_rate is not None or self.host_delay > 0 or self.host_concurrency > 0
@@ -339,6 +351,8 @@ class Settings:
             text = raw_setting(var, env, django)
             if text is not None:
                 values[f.name] = parse(var, text.strip())
+        if values.get("namespaces") and "namespace" not in values:
+            values["namespace"] = values["namespaces"][0]
         settings = cls(**values)
         settings.validate()
         return settings
@@ -363,7 +377,10 @@ class Settings:
                                          + ", ".join(sorted(short)))
             if value is None:
                 continue
-            merged[var] = ("1" if value else "0") if isinstance(value, bool) else str(value)
+            if isinstance(value, (list, tuple)):  # NAMESPACES=["shop", "news"]
+                merged[var] = ",".join(str(v) for v in value)
+            else:
+                merged[var] = ("1" if value else "0") if isinstance(value, bool) else str(value)
         source = os.environ if env is None else env
         merged.update({var: text for var in by_name.values() if (text := source.get(var))})
         return cls.from_env(merged, django=env is None)
@@ -380,6 +397,11 @@ class Settings:
 
     def validate(self) -> None:
         """Cross-field checks (each knob alone was checked while parsing)."""
+        if self.namespaces and self.namespace not in self.namespaces:
+            raise ConfigurationError(
+                f"CELERY_HA_NAMESPACE={self.namespace} is not one of CELERY_HA_NAMESPACES "
+                f"({','.join(self.namespaces)}): list it there, or leave CELERY_HA_NAMESPACE unset "
+                "(the first listed is then the process's own)")
         if self.heartbeat_interval >= self.lease_ttl:
             raise ConfigurationError(
                 f"CELERY_HA_HEARTBEAT_INTERVAL ({self.heartbeat_interval}) must be shorter than "

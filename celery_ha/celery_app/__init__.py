@@ -19,11 +19,12 @@ from celery_ha.integration.core.services import services
 from celery_ha.integration.dispatch.pump import pump
 
 
-def pump_now(window: int | None = None, app: Any = None) -> int:
-    """Send this process's namespace's queued tasks to the broker now, up to the window (workers and
-    beat pump anyway; this spares a freshly queued batch the wait), through ``app`` (default: the app
-    ``init_app`` attached, else the ready-made one). Returns how many were sent."""
-    rt = services()
+def pump_now(window: int | None = None, app: Any = None, namespace: str | None = None) -> int:
+    """Send this process's namespace's queued tasks (or ``namespace``'s, one of those it serves) to the
+    broker now, up to the window (workers and beat pump anyway; this spares a freshly queued batch the
+    wait), through ``app`` (default: the app ``init_app`` attached, else the ready-made one). Returns
+    how many were sent."""
+    rt = services(namespace)
     return pump(rt.queue, app or attached_app() or ready_app(), rt.settings, window)
 
 

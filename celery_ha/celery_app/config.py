@@ -119,24 +119,36 @@ def celery_settings(settings: Settings) -> CelerySettings:
     transport_options: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout}
     # Crawl work and maintenance apart, so a backlog never delays a sweep; both named for the
     # namespace, so two namespaces sharing one broker database never take each other's messages.
-    queues = (Queue(crawl, routing_key=crawl), Queue(maintenance, routing_key=maintenance))
+    # A worker of several namespaces (CELERY_HA_NAMESPACES) consumes the queues of each, and its beat
+    # schedules each one's maintenance on that namespace's queue (the job tells its namespace by it).
+    queues: tuple[Queue, ...] = ()
+    beat: dict[str, dict[str, Any]] = {}
+    for ns in settings.served_namespaces:
+        crawl_ns, maintenance_ns = broker_queue(ns, CRAWL), broker_queue(ns, MAINTENANCE)
+        queues += (Queue(crawl_ns, routing_key=crawl_ns), Queue(maintenance_ns, routing_key=maintenance_ns))
+        beat.update(_beat_entries(settings, maintenance_ns, "" if ns == settings.namespace else f"@{ns}"))
     routes = {"celery_ha.maintenance.*": {"queue": maintenance, "routing_key": maintenance}}
-    # Each maintenance job takes a short Redis lock, so two beats are harmless. No `expires`: Celery
-    # would judge it by the clocks of beat and of the worker; a stale sweep skips itself instead.
-    beat = {
-        "celery-ha-sweep": {"task": "celery_ha.maintenance.sweep", "schedule": settings.reclaim_interval,
-                            "options": {"queue": maintenance}},
-        "celery-ha-dead-letters": {"task": "celery_ha.maintenance.dead_letters", "schedule": 300.0,
-                                   "options": {"queue": maintenance}},
-        "celery-ha-proxy-health": {"task": "celery_ha.maintenance.proxy_health", "schedule": 60.0,
-                                   "options": {"queue": maintenance}},
-    }
     extra = tuple(m.strip() for m in settings.extra_imports.split(",") if m.strip())
     limit = settings.task_time_limit
     limits = {"task_time_limit": limit, "task_soft_time_limit": max(1.0, limit - min(30.0, limit / 10))}
     return CelerySettings(required=required, defaults=defaults, queues=queues, routes=routes,
                           beat_schedule=beat, imports=(*SHIPPED_TASKS, *extra), crawl_queue=crawl,
                           transport_options=transport_options, time_limits=limits)
+
+
+def _beat_entries(settings: Settings, queue: str, suffix: str) -> dict[str, dict[str, Any]]:
+    """One namespace's maintenance jobs, sent to its maintenance ``queue``. Each takes a short Redis
+    lock, so two beats are harmless. No ``expires``: Celery would judge it by the clocks of beat and
+    of the worker; a stale sweep skips itself instead."""
+    options = {"queue": queue, "routing_key": queue}
+    return {
+        f"celery-ha-sweep{suffix}": {"task": "celery_ha.maintenance.sweep",
+                                     "schedule": settings.reclaim_interval, "options": {**options}},
+        f"celery-ha-dead-letters{suffix}": {"task": "celery_ha.maintenance.dead_letters", "schedule": 300.0,
+                                            "options": {**options}},
+        f"celery-ha-proxy-health{suffix}": {"task": "celery_ha.maintenance.proxy_health", "schedule": 60.0,
+                                            "options": {**options}},
+    }
 
 
 class DurableTimeLimits:

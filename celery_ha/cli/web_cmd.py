@@ -56,8 +56,9 @@ def _stop(_signum: int, _frame: FrameType | None) -> None:
 @click.option("--queue", "queues", multiple=True, metavar="NAME",
               help="Also count broker messages of this @durable_task(queue=NAME) queue (repeatable).")
 @click.option("--namespaces", "namespaces", metavar="NS[,NS...]", callback=_namespaces_option,
-              default=lambda: ",".join(Settings.one("web_namespaces")) or None,
-              show_default="$CELERY_HA_WEB_NAMESPACES, else the -n namespace",
+              default=lambda: ",".join(Settings.one("web_namespaces") or Settings.one("namespaces")) or None,
+              show_default="$CELERY_HA_WEB_NAMESPACES, else $CELERY_HA_NAMESPACES (the workers'), "
+                           "else the -n namespace",
               help="Serve several namespaces of this Redis: /metrics holds all of them (label "
                    "namespace), the dashboard and the API show one each with ?namespace=NS (the first "
                    "by default).")

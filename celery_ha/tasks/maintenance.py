@@ -1,4 +1,7 @@
-"""Maintenance tasks run by beat on the namespace's maintenance queue (each under a short Redis lock)."""
+"""Maintenance tasks run by beat on the namespace's maintenance queue (each under a short Redis lock).
+
+A worker serving several namespaces runs each job for the namespace whose queue
+(``<namespace>.maintenance``) its message came from."""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ from typing import Any
 
 from celery import shared_task
 
-from celery_ha.integration.core.services import services
+from celery_ha.integration.core.services import namespace_of_request, serving
 from celery_ha.integration.dispatch.pump import pump as pump_window
 from celery_ha.integration.upkeep import maintenance
 
@@ -17,23 +20,26 @@ _OPTS: dict[str, Any] = {"ignore_result": True, "acks_late": False, "bind": True
 @shared_task(name="celery_ha.maintenance.sweep", **_OPTS)
 def sweep(self: Any) -> dict[str, Any] | None:
     """Reclaim expired leases, promote due retries, re-dispatch lost messages, refill the window."""
-    return maintenance.sweep(self.app, source="beat")
+    with serving(namespace_of_request(self.request)) as rt:
+        return maintenance.sweep(self.app, rt, source="beat")
 
 
 @shared_task(name="celery_ha.maintenance.pump", **_OPTS)
 def pump(self: Any) -> int:
     """Refill the broker window now (also promotes due retries)."""
-    rt = services()
-    return pump_window(rt.queue, self.app, rt.settings)
+    with serving(namespace_of_request(self.request)) as rt:
+        return pump_window(rt.queue, self.app, rt.settings)
 
 
 @shared_task(name="celery_ha.maintenance.dead_letters", **_OPTS)
 def dead_letters(self: Any) -> dict[str, Any] | None:
     """Log a summary of dead tasks."""
-    return maintenance.dead_letter_summary()
+    with serving(namespace_of_request(self.request)) as rt:
+        return maintenance.dead_letter_summary(rt)
 
 
 @shared_task(name="celery_ha.maintenance.proxy_health", **_OPTS)
 def proxy_health(self: Any) -> dict[str, Any] | None:
     """Probe proxies that are due, if the proxy pool has proxies and a check URL is set."""
-    return maintenance.proxy_health()
+    with serving(namespace_of_request(self.request)) as rt:
+        return maintenance.proxy_health(rt)

@@ -33,6 +33,21 @@ def test_bad_values_name_the_variable(env: dict[str, str], needle: str) -> None:
         Settings.from_env(env)
 
 
+def test_several_namespaces_the_first_is_the_process_own() -> None:
+    s = Settings.from_env({"CELERY_HA_NAMESPACES": "shop, news,shop"})
+    assert (s.namespace, s.namespaces, s.served_namespaces) == ("shop", ("shop", "news"), ("shop", "news"))
+    s = Settings.from_env({"CELERY_HA_NAMESPACES": "shop,news", "CELERY_HA_NAMESPACE": "news"})
+    assert (s.namespace, s.served_namespaces) == ("news", ("news", "shop"))
+    assert Settings.from_env({}).served_namespaces == ("default",)
+    with pytest.raises(ConfigurationError, match="NAMESPACE=blog is not one of CELERY_HA_NAMESPACES"):
+        Settings.from_env({"CELERY_HA_NAMESPACES": "shop,news", "CELERY_HA_NAMESPACE": "blog"})
+    with pytest.raises(ConfigurationError, match="CELERY_HA_NAMESPACES"):
+        Settings.from_env({"CELERY_HA_NAMESPACES": "shop,no good"})
+    # A framework's configuration may give a list (Django's CELERY_HA = {"NAMESPACES": [...]}).
+    s = Settings.from_overrides({"NAMESPACES": ["shop", "news"]}, env={})
+    assert s.served_namespaces == ("shop", "news")
+
+
 def test_django_settings_are_the_fallback() -> None:
     pytest.importorskip("django")
     code = (

@@ -188,7 +188,7 @@ def test_what_turns_the_push_off(redis_url: str, why: str, setup: dict[str, Any]
     app = _app(setup.get("broker", redis_url), **setup.get("conf", {}))
     rt = _rt(redis_url, **setup.get("settings", {}))
     assert sp.script_push(app, rt) is None
-    assert why in sp._plan.get().why_not
+    assert why in sp._plans.get()[NS].why_not
 
 
 def test_the_start_up_decision_warns_once_when_kombu_cannot_be_captured(
@@ -283,7 +283,7 @@ def test_a_durable_task_with_publish_options_of_its_own_gets_no_push(redis_url: 
         assert push is not None
         return
     assert push is None  # Celery 5.7 writes each task's own time limit or expiry
-    assert "differ" in sp._plan.get().why_not
+    assert "differ" in sp._plans.get()[NS].why_not
     monkeypatch.setattr(sp, "REGISTRY", {"spush_plain": DurableTask(name="spush_plain", fn=lambda c: None)})
     assert sp.script_push(app, _rt(redis_url)) is not None  # alone, it publishes as the template says
 
@@ -297,7 +297,7 @@ def test_a_crawl_queue_routed_through_an_exchange_gets_no_push(redis_url: str) -
     routed = Queue(QUEUE, Exchange("spush.x", type="topic"), routing_key="crawl.#")
     app = _app(redis_url, task_queues=[routed])
     assert sp.script_push(app, _rt(redis_url)) is None
-    assert "differ" in sp._plan.get().why_not
+    assert "differ" in sp._plans.get()[NS].why_not
 
 
 def test_a_durable_task_of_another_queue_turns_the_push_off(redis_url: str,
@@ -305,7 +305,7 @@ def test_a_durable_task_of_another_queue_turns_the_push_off(redis_url: str,
     other = DurableTask(name="spush_other", fn=lambda c: None, queue="slow")
     monkeypatch.setitem(REGISTRY, "spush_other", other)
     assert sp.script_push(_app(redis_url), _rt(redis_url)) is None
-    assert "another queue" in sp._plan.get().why_not
+    assert "another queue" in sp._plans.get()[NS].why_not
 
 
 def test_a_publish_signal_receiver_turns_the_push_off_while_connected(redis_url: str) -> None:

@@ -19,6 +19,7 @@ import pytest
 import requests
 
 from celery_ha import LeaseLost
+from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.settings import Settings
 from celery_ha.demo import DemoSite
 from celery_ha.demo.proxy_farm import ProxyFarm
@@ -270,6 +271,49 @@ def test_beat_messages_carry_no_expiry_and_a_stale_beat_sweep_skips_itself(rt: R
     app = FakeApp()
     assert sweep(app, rt, source="beat")["source"] == "beat" and "skipped" not in sweep(app, rt, "watchdog")
     assert "skipped" in sweep(app, rt, source="beat")
+
+
+def test_a_worker_of_several_namespaces_consumes_and_schedules_each() -> None:
+    """CELERY_HA_NAMESPACES: the crawl and maintenance queues of each namespace, and each one's
+    maintenance jobs scheduled on its own maintenance queue (the job tells its namespace by it)."""
+    code = ("import celery_ha, json; c = celery_ha.app.conf; "
+            "print(json.dumps([sorted(q.name for q in c.task_queues), c.task_default_queue, "
+            "{k: e['options']['queue'] for k, e in c.beat_schedule.items()}]))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env=_celery_env(CELERY_HA_NAMESPACES="shop,news", CELERY_BROKER_URL="redis://127.0.0.1:2/3"))
+    assert out.returncode == 0, out.stderr
+    queues, default, beat = json.loads(out.stdout)
+    assert queues == ["news.crawl", "news.maintenance", "shop.crawl", "shop.maintenance"]
+    assert default == "shop.crawl"
+    assert beat == {"celery-ha-sweep": "shop.maintenance", "celery-ha-dead-letters": "shop.maintenance",
+                    "celery-ha-proxy-health": "shop.maintenance", "celery-ha-sweep@news": "news.maintenance",
+                    "celery-ha-dead-letters@news": "news.maintenance",
+                    "celery-ha-proxy-health@news": "news.maintenance"}
+
+
+def test_services_of_each_served_namespace_share_one_client(rt: Runtime) -> None:
+    """One Redis client, one task queue per namespace; a message's routing key picks its namespace
+    (the longest served prefix: a namespace may hold '.'); a namespace not served is refused."""
+    svc.reset_services()
+    settings = dataclasses.replace(rt.settings, namespaces=("unit", "unit.b", "news"))
+    svc._services.set(dataclasses.replace(rt, settings=settings))
+    news = svc.services("news")
+    assert news.client is svc.services().client and news.queue.namespace == "news"
+    assert news.settings.namespace == "news" and news.settings.lease_ttl == settings.lease_ttl
+    assert svc.services("news") is news
+    assert [s.settings.namespace for s in svc.served()] == ["unit", "unit.b", "news"]
+    assert svc.namespace_of_queue("unit.b.crawl") == "unit.b"
+    assert svc.namespace_of_queue("unit.maintenance") == "unit"
+    assert svc.namespace_of_queue("blog.crawl") is None and svc.namespace_of_queue(None) is None
+    assert svc.namespace_of_request(SimpleNamespace(delivery_info={"routing_key": "news.crawl"})) == "news"
+    with svc.serving("news") as current:
+        assert current is news and svc.services() is news
+        with svc.serving(None):
+            assert svc.services().settings.namespace == "unit"
+        assert svc.services() is news
+    assert svc.services().settings.namespace == "unit"
+    with pytest.raises(ConfigurationError, match="not served"):
+        svc.services("blog")
 
 
 def test_proxy_health_hook_is_skipped_without_url_or_proxies(rt: Runtime) -> None:

@@ -3,13 +3,23 @@ client, the task queue and this process's identity as a lease holder.
 
 Built lazily once per process (:class:`celery_ha.base.per_process.PerProcess`), because a prefork
 pool child must never reuse its parent's sockets: the first use after a fork builds a fresh one.
+
+One process may serve several namespaces (``CELERY_HA_NAMESPACES=shop,news``): each gets its own
+:class:`Services` (its settings with that namespace, its task queue), all sharing the process's one
+Redis client. :func:`services` with no argument returns the namespace this thread is serving (set by
+:func:`serving` around a task's run or a maintenance job), else the process's own namespace (the
+first served); :func:`served` returns every one. A message tells its namespace by the broker queue
+it came from (``<namespace>.crawl``, ``<namespace>.maintenance``): :func:`namespace_of_queue`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
-from dataclasses import dataclass, field
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 
 import redis
 
@@ -90,14 +100,83 @@ def build_services(settings: Settings | None = None) -> Services:
 
 
 _services: PerProcess[Services] = PerProcess(build_services)
+#: The services of the namespaces served beside the process's own, by namespace (built on first use,
+#: from the own services' settings and client).
+_others: PerProcess[dict[str, Services]] = PerProcess(dict)
+_others_lock = threading.Lock()
+_serving = threading.local()
 
 
-def services() -> Services:
-    """This process's services (rebuilt after a fork)."""
+def services(namespace: str | None = None) -> Services:
+    """The services of ``namespace`` (one this process serves), else of the namespace this thread is
+    serving (:func:`serving`), else of the process's own namespace; rebuilt after a fork."""
+    own = _services.get()
+    if namespace is None:
+        namespace = getattr(_serving, "namespace", None)
+    if namespace is None or namespace == own.settings.namespace:
+        return own
+    others = _others.get()
+    rt = others.get(namespace)
+    if rt is None:
+        if namespace not in own.settings.served_namespaces:
+            raise ConfigurationError(f"namespace {namespace!r} is not served by this process "
+                                     f"(CELERY_HA_NAMESPACES: {', '.join(own.settings.served_namespaces)})")
+        with _others_lock:
+            rt = others.get(namespace)
+            if rt is None:
+                settings = replace(own.settings, namespace=namespace)
+                rt = Services(settings=settings, redis_url=own.redis_url, client=own.client,
+                              queue=TaskQueue.for_settings(own.client, settings))
+                others[namespace] = rt
+    return rt
+
+
+def own_services() -> Services:
+    """The services of the process's own namespace, whatever this thread serves: for per-process
+    machinery (lease keeper, watchdog) that then covers every served namespace itself."""
     return _services.get()
+
+
+def served() -> list[Services]:
+    """The services of every namespace this process serves, its own first."""
+    return [services(ns) for ns in _services.get().settings.served_namespaces]
+
+
+@contextlib.contextmanager
+def serving(namespace: str | None) -> Iterator[Services]:
+    """Within the block, :func:`services` (no argument) in this thread returns ``namespace``'s (None:
+    the process's own); yields them."""
+    before = getattr(_serving, "namespace", None)
+    rt = services(namespace) if namespace is not None else _services.get()
+    _serving.namespace = rt.settings.namespace
+    try:
+        yield rt
+    finally:
+        _serving.namespace = before
+
+
+def namespace_of_queue(queue: str | None) -> str | None:
+    """The served namespace whose broker queue ``queue`` is (``<namespace>.<logical queue>``; the
+    longest match, since a namespace may hold '.'), or None: a message's ``delivery_info`` routing key
+    says which namespace it belongs to."""
+    if not queue:
+        return None
+    found = None
+    for ns in _services.get().settings.served_namespaces:
+        if queue.startswith(ns + ".") and (found is None or len(ns) > len(found)):
+            found = ns
+    return found
+
+
+def namespace_of_request(request: object) -> str | None:
+    """The served namespace of the Celery message being run (its routing key), or None (no delivery
+    information: a task called directly, an eager run)."""
+    info = getattr(request, "delivery_info", None) or {}
+    return namespace_of_queue(info.get("routing_key") if isinstance(info, dict) else None)
 
 
 def reset_services() -> None:
     """Forget the cached services and configuration (tests that change the environment)."""
     _services.reset()
+    _others.reset()
     _configured.clear()

@@ -264,14 +264,23 @@ def _list_push(app: Any, rt: Services) -> ListPush | None:
                     template=template, db=_broker_db(app, rt)[1])
 
 
-_plan = PerProcess(_Plan)
+#: This process's plans, one per namespace it serves (each has its own crawl queue and lists).
+_plans: PerProcess[dict[str, _Plan]] = PerProcess(dict)
+
+
+def _plan_for(rt: Services) -> _Plan:
+    plans = _plans.get()
+    plan = plans.get(rt.settings.namespace)
+    if plan is None:
+        plan = plans.setdefault(rt.settings.namespace, _Plan())
+    return plan
 
 
 def script_push(app: Any, rt: Services) -> ListPush | None:
     """What a completion's script needs to push its refill messages itself, or None to publish them
     from Python (see the module docstring). Decided once per process, app and services; the publish
     signals are looked at on every call (a tracing hook may connect later)."""
-    plan = _plan.get()
+    plan = _plan_for(rt)
     if not plan.is_for(app, rt):
         plan.build(app, rt)
         log.debug("refill messages %s", "pushed by the completion's script" if plan.push
@@ -284,7 +293,7 @@ def script_push(app: Any, rt: Services) -> ListPush | None:
 def startup_decision(app: Any, rt: Services) -> str:
     """The dispatch path of ``app``'s refill messages in this process, decided now, in words (the
     worker's start-up line). Off for a reason of Celery's or kombu's own: one WARNING says why."""
-    plan = _plan.get()
+    plan = _plan_for(rt)
     if not plan.is_for(app, rt):
         plan.build(app, rt)
         if plan.unexpected:
@@ -300,10 +309,11 @@ def startup_decision(app: Any, rt: Services) -> str:
 def push_refused(error: str) -> None:
     """A script's push was refused: this process publishes from Python from now on, unless Redis was
     only full (OOM: the Python publish of what was left fails alike, and the pump re-sends it later)."""
-    plan = _plan.get()
     if error.startswith("OOM"):
         log.debug("refill push refused, Redis is full: %s", error)
-    elif plan.push is not None:
-        log.warning("the completion script could not push refill messages (%s): this process publishes "
-                    "them from Python from now on", error)
-        plan.push, plan.why_not = None, f"a push was refused: {error}"
+        return
+    for plan in _plans.get().values():  # every namespace's: they share the server and the account
+        if plan.push is not None:
+            log.warning("the completion script could not push refill messages (%s): this process "
+                        "publishes them from Python from now on", error)
+            plan.push, plan.why_not = None, f"a push was refused: {error}"

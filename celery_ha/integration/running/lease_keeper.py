@@ -3,11 +3,12 @@
 Started after the fork (``worker_process_init``, or lazily by the first durable task), so no thread
 or socket ever crosses a fork, and stopped by ``worker_process_shutdown`` (:func:`stop_keeper`), so
 no heartbeat registers a process that has left the registry. Renewal happens every
-``CELERY_HA_HEARTBEAT_INTERVAL`` seconds for every lease the process holds. A renewal that finds
-the lease gone marks the task's context lost: its next write raises ``LeaseLost`` and nothing it
-produces afterwards is committed (the writes are fenced in Lua anyway; the flag just stops the task
-early). If renewals keep failing (Redis away, or an unexpected error) for a whole TTL, the lease is
-treated as lost too, judged on the local monotonic clock only.
+``CELERY_HA_HEARTBEAT_INTERVAL`` seconds for every lease the process holds, each in its task's
+namespace, and the heartbeat goes to the worker registry of every namespace the process serves. A
+renewal that finds the lease gone marks the task's context lost: its next write raises
+``LeaseLost`` and nothing it produces afterwards is committed (the writes are fenced in Lua anyway;
+the flag just stops the task early). If renewals keep failing (Redis away, or an unexpected error)
+for a whole TTL, the lease is treated as lost too, judged on the local monotonic clock only.
 
 The thread talks to the state Redis only (whose calls time out, ``services.socket_timeout``), never
 to the broker: the sweep watchdog that used to run here runs in a thread of its own
@@ -26,7 +27,7 @@ import redis
 
 from celery_ha.base.errors import LeaseLost
 from celery_ha.base.per_process import PerProcess
-from celery_ha.integration.core.services import Services, services, socket_timeout
+from celery_ha.integration.core.services import Services, own_services, served, socket_timeout
 from celery_ha.integration.upkeep.watchdog import stop_watchdog, watch
 from celery_ha.state import Lease
 from celery_ha.state.worker_registry import heartbeat, quiet_after
@@ -46,7 +47,8 @@ class LeaseKeeper:
     def __init__(self, rt: Services) -> None:
         self.rt = rt
         self.interval = rt.settings.heartbeat_interval
-        self._active: dict[int, tuple[Tracked, float]] = {}
+        #: id(ctx) -> (ctx, the services of its namespace, when its lease was last renewed)
+        self._active: dict[int, tuple[Tracked, Services, float]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="celery-ha-lease-keeper", daemon=True)
@@ -66,9 +68,10 @@ class LeaseKeeper:
     def alive(self) -> bool:
         return self._thread.is_alive() and not self._stop.is_set()
 
-    def track(self, ctx: Tracked) -> None:
+    def track(self, ctx: Tracked, rt: Services | None = None) -> None:
+        """Renew ``ctx``'s lease from now on, in ``rt``'s namespace (default: the process's own)."""
         with self._lock:
-            self._active[id(ctx)] = (ctx, time.monotonic())
+            self._active[id(ctx)] = (ctx, rt or self.rt, time.monotonic())
 
     def untrack(self, ctx: Tracked) -> None:
         with self._lock:
@@ -76,7 +79,7 @@ class LeaseKeeper:
 
     def held(self) -> list[Tracked]:
         with self._lock:
-            return [ctx for ctx, _ in self._active.values()]
+            return [ctx for ctx, _, _ in self._active.values()]
 
     # ------------------------------------------------------------------ loop
     def _run(self) -> None:
@@ -91,22 +94,32 @@ class LeaseKeeper:
     def tick(self) -> None:
         """Heartbeat, then renew every lease; a failed heartbeat never keeps the renewals from
         running."""
-        try:
-            heartbeat(self.rt.client, self.rt.settings.namespace, self.rt.worker_name,
-                      silence_after=quiet_after(self.rt.settings.heartbeat_interval))
-        except redis.RedisError as exc:
-            log.warning("worker heartbeat failed: %s", exc)
-        except Exception:
-            log.exception("worker heartbeat failed unexpectedly (renewals go on)")
+        for rt in self.namespaces():  # the registry of every namespace this process serves
+            try:
+                heartbeat(rt.client, rt.settings.namespace, rt.worker_name,
+                          silence_after=quiet_after(rt.settings.heartbeat_interval))
+            except redis.RedisError as exc:
+                log.warning("worker heartbeat failed: %s", exc)
+            except Exception:
+                log.exception("worker heartbeat failed unexpectedly (renewals go on)")
         self.renew_all()
+
+    def namespaces(self) -> list[Services]:
+        """The services of every namespace this process serves (its own only, if they cannot be had)."""
+        try:
+            return served()
+        except Exception as exc:
+            log.warning("lease keeper: the served namespaces are unknown (%s): heartbeat of %r only", exc,
+                        self.rt.settings.namespace)
+            return [self.rt]
 
     def renew_all(self) -> None:
         ttl = self.rt.settings.lease_ttl
         with self._lock:
             entries = list(self._active.items())
-        for key, (ctx, last_ok) in entries:
+        for key, (ctx, rt, last_ok) in entries:
             try:
-                self.rt.queue.renew(ctx.lease)
+                rt.queue.renew(ctx.lease)
             except LeaseLost:
                 with self._lock:  # a task that finished since the snapshot above lost nothing
                     running = self._active.pop(key, None) is not None
@@ -125,11 +138,11 @@ class LeaseKeeper:
                 continue
             with self._lock:
                 if key in self._active:
-                    self._active[key] = (ctx, time.monotonic())
+                    self._active[key] = (ctx, rt, time.monotonic())
 
 
 def _start() -> LeaseKeeper:
-    return LeaseKeeper(services()).start()
+    return LeaseKeeper(own_services()).start()
 
 
 _keeper: PerProcess[LeaseKeeper] = PerProcess(_start, valid=lambda k: k.alive)

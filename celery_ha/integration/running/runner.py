@@ -96,7 +96,7 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
         return Outcome("dropped", task_id, detail="duplicate or stale message: the task is not claimable")
     ctx = DurableContext(lease, rt, spec)
     attempt = attempt_started(lease, rt)  # its span (tracing on only): current while the code runs
-    keep.track(ctx)
+    keep.track(ctx, rt)
     outcome = Outcome("completed", task_id, lease.task.url)
     dispatched: list[Dispatched] | None = None  # what the completion's own refill dispatched
     task_cpu = 0.0  # CPU seconds of the task's own code (where its refill is published)

@@ -17,6 +17,7 @@ from typing import Any
 from celery import shared_task
 
 from celery_ha.integration.core.queues import CRAWL
+from celery_ha.integration.core.services import namespace_of_request, serving
 from celery_ha.integration.core.task_spec import REGISTRY, DurableTask
 from celery_ha.integration.running.batch import run_batch, summary
 from celery_ha.integration.running.celery_outcome import DurableTaskDead, report
@@ -29,7 +30,8 @@ def durable_task(name: str | None = None, *, queue: str = CRAWL, item_key: str |
     """Declare a durable task; ``name`` is both the queue's task name and the Celery task name.
 
     ``queue`` is the logical queue: its messages travel on ``<namespace>.<queue>`` (workers consume
-    ``<namespace>.crawl`` and ``<namespace>.maintenance`` by default; another queue needs ``-Q``).
+    ``<namespace>.crawl`` and ``<namespace>.maintenance`` by default, for each namespace they serve;
+    another queue needs ``-Q``). A message runs in the namespace of the queue it came from.
     ``item_key`` names the item field that keys emitted items (default: a content hash). Extra keyword
     arguments go to Celery (e.g. ``soft_time_limit``). The task is a shared task, so any Celery app
     that imports the module (the ``celery_ha`` app does) can run it.
@@ -43,10 +45,12 @@ def durable_task(name: str | None = None, *, queue: str = CRAWL, item_key: str |
                    "throws": (DurableTaskDead,), **celery_options}
 
         def run(self: Any, task_id: str, *more_ids: str) -> str:
-            if not more_ids:
-                return report(run_message(spec, self, task_id))
-            ids = [task_id, *more_ids]
-            return summary(run_batch(spec, self, ids), len(ids))
+            # The namespace of the queue the message came from (a worker may serve several).
+            with serving(namespace_of_request(self.request)):
+                if not more_ids:
+                    return report(run_message(spec, self, task_id))
+                ids = [task_id, *more_ids]
+                return summary(run_batch(spec, self, ids), len(ids))
 
         run.__name__ = fn.__name__
         run.__doc__ = fn.__doc__

@@ -18,7 +18,7 @@ import threading
 from typing import Any
 
 from celery_ha.base.per_process import PerProcess
-from celery_ha.integration.core.services import Services, services
+from celery_ha.integration.core.services import Services, own_services, served
 from celery_ha.integration.upkeep.maintenance import last_sweep_age, sweep
 
 log = logging.getLogger(__name__)
@@ -58,17 +58,25 @@ class SweepWatchdog:
         if self.app is None:
             return
         try:
-            age = last_sweep_age(self.rt)
-            if age > 3 * self.rt.settings.reclaim_interval:
-                result = sweep(self.app, self.rt, source="watchdog")
-                if result is not None:
-                    log.debug("watchdog sweep (beat silent for %.0fs): %s", age, result)
+            namespaces = served()
         except Exception as exc:
-            log.warning("watchdog sweep failed (the next check tries again): %s", exc)
+            log.warning("watchdog: the served namespaces are unknown (the next check tries again): %s", exc)
+            return
+        for rt in namespaces:  # each namespace this process serves has its own sweep
+            try:
+                age = last_sweep_age(rt)
+                if age > 3 * rt.settings.reclaim_interval:
+                    result = sweep(self.app, rt, source="watchdog")
+                    if result is not None:
+                        log.debug("watchdog sweep of %r (beat silent for %.0fs): %s", rt.settings.namespace,
+                                  age, result)
+            except Exception as exc:
+                log.warning("watchdog sweep of %r failed (the next check tries again): %s",
+                            rt.settings.namespace, exc)
 
 
 def _start() -> SweepWatchdog:
-    return SweepWatchdog(services()).start()
+    return SweepWatchdog(own_services()).start()
 
 
 _watchdog: PerProcess[SweepWatchdog] = PerProcess(_start, valid=lambda w: w.alive)

@@ -32,7 +32,7 @@ from celery import signals
 from celery._state import get_current_app
 
 from celery_ha.base import tracing
-from celery_ha.integration.core.services import services, set_node
+from celery_ha.integration.core.services import namespace_of_queue, served, services, set_node
 from celery_ha.integration.core.task_spec import REGISTRY
 from celery_ha.integration.dispatch.pump import pump_quietly
 from celery_ha.integration.dispatch.sender import flush_sends
@@ -145,31 +145,41 @@ class WorkerHooks:
         flush_sends()  # the refill messages still queued in this child go out before it exits
         stop_keeper()  # before leaving the registry: a later heartbeat would register the child again
         tracing.flush()  # the spans a batch processor still buffers
-        rt = services()
-        unregister(rt.client, rt.settings.namespace, rt.worker_name)
+        for rt in served():
+            unregister(rt.client, rt.settings.namespace, rt.worker_name)
 
     def worker_ready(self, **_: Any) -> None:
-        rt = services()
-        # What this node can run, so `celery-ha enqueue` can refuse a misspelt task name.
-        register_task_names(rt.client, rt.settings.namespace, rt.node, list(REGISTRY))
-        # Plants the broker marker before any message of this worker's era can be lost, and
-        # re-sends at once what a broker that came back empty while no worker ran has lost.
-        lost = broker_lost_messages(self.app, rt)
-        if lost:
-            log.warning("the broker lost its messages (restarted empty?): re-sending dispatched tasks")
-        pump_quietly(self.app, rt, redispatch_after=0 if lost else None)
+        for rt in served():  # each namespace this worker serves (CELERY_HA_NAMESPACES)
+            self._ready(rt)
+
+    def _ready(self, rt: Any) -> None:
+        try:
+            # What this node can run, so `celery-ha enqueue` can refuse a misspelt task name.
+            register_task_names(rt.client, rt.settings.namespace, rt.node, list(REGISTRY))
+            # Plants the broker marker before any message of this worker's era can be lost, and
+            # re-sends at once what a broker that came back empty while no worker ran has lost.
+            lost = broker_lost_messages(self.app, rt)
+            if lost:
+                log.warning("the broker lost the messages of %r (restarted empty?): re-sending dispatched "
+                            "tasks", rt.settings.namespace)
+            pump_quietly(self.app, rt, redispatch_after=0 if lost else None)
+        except Exception as exc:  # one namespace's trouble never keeps the others from starting
+            log.warning("celery-ha could not get namespace %r ready: %s", rt.settings.namespace, exc)
 
     def task_failure(self, sender: Any = None, exception: BaseException | None = None, args: Any = None,
                      **_: Any) -> None:
-        on_child_lost(services(), self.app, sender, exception, args)
+        for rt in served():  # the dead child's task is in one of them: the others find no lease of it
+            on_child_lost(rt, self.app, sender, exception, args)
 
-    def task_unknown(self, name: str = "", id: str = "", **_: Any) -> None:
-        on_unknown_task(services(), self.app, name, id)
+    def task_unknown(self, name: str = "", id: str = "", message: Any = None, **_: Any) -> None:
+        info = getattr(message, "delivery_info", None) or {}
+        namespace = namespace_of_queue(info.get("routing_key")) if isinstance(info, dict) else None
+        on_unknown_task(services(namespace), self.app, name, id)
 
     def worker_shutting_down(self, **_: Any) -> None:
-        self.shutdown.begin(services())
+        self.shutdown.begin(served())
 
     def worker_shutdown(self, **_: Any) -> None:
         flush_sends()  # a solo or threads pool ran its tasks (and their sender) in this process
-        self.shutdown.finish(services())
+        self.shutdown.finish(served())
         tracing.flush()

@@ -31,24 +31,29 @@ class GracefulShutdown:
     def __init__(self) -> None:
         self._started = threading.Event()
 
-    def begin(self, rt: Services) -> None:
-        """SIGTERM/SIGINT seen: after the grace period, stop children that still hold leases."""
+    def begin(self, namespaces: list[Services]) -> None:
+        """SIGTERM/SIGINT seen: after the grace period, stop children that still hold leases (in any
+        of the ``namespaces`` the worker serves)."""
         if self._started.is_set():
             return
         self._started.set()
-        threading.Thread(target=self._stop_children_after_grace, args=(rt,), name="celery-ha-graceful",
-                         daemon=True).start()
+        threading.Thread(target=self._stop_children_after_grace, args=(namespaces,),
+                         name="celery-ha-graceful", daemon=True).start()
 
-    def _children_holding(self, rt: Services) -> dict[str, list[str]]:
+    def _children_holding(self, namespaces: list[Services]) -> dict[str, list[str]]:
         me = os.getpid()
-        return {holder: tids for holder, tids in our_held_leases(rt).items()
-                if (pid := split_worker(holder)[1]) is not None and parent_pid(pid) == me}
+        held: dict[str, list[str]] = {}
+        for rt in namespaces:
+            for holder, tids in our_held_leases(rt).items():
+                if (pid := split_worker(holder)[1]) is not None and parent_pid(pid) == me:
+                    held.setdefault(holder, []).extend(tids)
+        return held
 
-    def _stop_children_after_grace(self, rt: Services) -> None:
+    def _stop_children_after_grace(self, namespaces: list[Services]) -> None:
         try:
-            deadline = time.monotonic() + rt.settings.soft_shutdown_timeout
+            deadline = time.monotonic() + namespaces[0].settings.soft_shutdown_timeout
             while True:
-                held = self._children_holding(rt)
+                held = self._children_holding(namespaces)
                 if not held:
                     return
                 if time.monotonic() >= deadline:
@@ -63,8 +68,13 @@ class GracefulShutdown:
         except Exception as exc:
             log.warning("graceful shutdown helper failed: %s", exc)
 
-    def finish(self, rt: Services) -> None:
-        """Last step of the main process: release leases its (now dead) children still hold."""
+    def finish(self, namespaces: list[Services]) -> None:
+        """Last step of the main process: release leases its (now dead) children still hold, in each of
+        the ``namespaces`` it serves."""
+        for rt in namespaces:
+            self._finish(rt)
+
+    def _finish(self, rt: Services) -> None:
         try:
             for holder, tids in our_held_leases(rt).items():
                 if not holder_is_dead_here(rt, holder):

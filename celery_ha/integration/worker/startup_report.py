@@ -17,7 +17,7 @@ from typing import Any
 
 from celery import bootsteps
 
-from celery_ha.integration.core.services import services
+from celery_ha.integration.core.services import served, services
 from celery_ha.integration.dispatch.script_push import startup_decision
 from celery_ha.integration.patches import registry
 from celery_ha.state.worker_registry import register_node_info
@@ -40,8 +40,8 @@ def log_startup_line(app: Any) -> None:
     """Log the line, and record the report for ``celery-ha workers`` (worker_registry.py)."""
     report = startup_report(app)
     log.info("celery-ha patches: %s; refill dispatch: %s", report["patches"], report["dispatch"])
-    rt = services()
-    register_node_info(rt.client, rt.settings.namespace, rt.node, report)
+    for rt in served():  # `celery-ha workers` of each namespace the worker serves shows it
+        register_node_info(rt.client, rt.settings.namespace, rt.node, report)
 
 
 class StartupReport(bootsteps.StartStopStep):

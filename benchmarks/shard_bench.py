@@ -3,6 +3,7 @@
     python benchmarks/shard_bench.py            # full run (~1-2 min on 2 cores)
     python benchmarks/shard_bench.py --quick    # short run
     python benchmarks/shard_bench.py --json out.json
+    python benchmarks/shard_bench.py --counts 1,16 --no-cluster   # what pre-sharding costs one Redis
 
 On one redis-server (``/usr/bin/redis-server`` when it is a Redis 7, else as ``queue_bench.py`` picks
 it), for shards=1 and shards=4 in alternating rounds after one warm-up round each (rates: the best round,
@@ -12,7 +13,10 @@ the one least slowed by other load on a shared machine, with the median beside i
   touches);
 * lifecycle: one thread, ``claim_next`` then ``complete_and_claim`` chained (one round trip per task),
   tasks per second;
-* memory: ``used_memory`` delta over the empty database (scripts loaded) per queued task.
+* memory: ``used_memory`` delta over the empty database (scripts loaded) per queued task;
+* reads that visit every shard, from the client (median of 20, ms): ``stats()``, and a pump tick
+  whose window is already full (``dispatch(8)`` after 8 were dispatched: it reads every shard's
+  dispatched count).
 
 On a 3-master Redis Cluster (``redis-cli --cluster create``, no replicas): 300,000 tasks queued in a
 namespace with shards=3, then ``used_memory`` of each master above its empty baseline.
@@ -72,10 +76,23 @@ def one_round(r: redis.Redis, shards: int, n_enqueue: int, n_life: int, n_mem: i
         done += 1
         lease = q.complete_and_claim(lease) if done < n_life else (q.complete(lease), None)[1]
     out["lifecycle_per_s"] = done / (time.perf_counter() - t0)
+    out["stats_ms"] = _median_ms(q.stats)
+    q.dispatch(8)
+    out["full_window_pump_ms"] = _median_ms(lambda: q.dispatch(8))
     return out
 
 
-def single_redis(rounds: int, n_enqueue: int, n_life: int) -> dict[str, Any]:
+def _median_ms(call: Any, times: int = 20) -> float:
+    samples = []
+    for _ in range(times):
+        t0 = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(samples)
+
+
+def single_redis(rounds: int, n_enqueue: int, n_life: int, counts: tuple[int, int] = (1, 4)
+                 ) -> dict[str, Any]:
     found = cluster_binaries()  # the system's Redis 7 when present (PATH may name a 6.2 shim first)
     binary = found[0] if found else default_redis_server()
     folder = Path(tempfile.mkdtemp(prefix="shard-bench-"))
@@ -83,18 +100,19 @@ def single_redis(rounds: int, n_enqueue: int, n_life: int) -> dict[str, Any]:
     server.start()
     try:
         r = redis.Redis(host="127.0.0.1", port=server.port, decode_responses=True)
-        figures: dict[int, list[dict[str, float]]] = {1: [], 4: []}
-        for shards in (1, 4):  # warm-up, not counted (first-touch allocations, CPU frequency)
+        a, b = counts
+        figures: dict[int, list[dict[str, float]]] = {a: [], b: []}
+        for shards in (a, b):  # warm-up, not counted (first-touch allocations, CPU frequency)
             one_round(r, shards, n_enqueue // 4, n_life // 4, n_mem=n_enqueue)
         for n in range(rounds):
-            for shards in ((1, 4) if n % 2 == 0 else (4, 1)):
+            for shards in ((a, b) if n % 2 == 0 else (b, a)):
                 figures[shards].append(one_round(r, shards, n_enqueue, n_life, n_mem=n_enqueue))
         med = {shards: {key: statistics.median(f[key] for f in rows) for key in rows[0]}
                for shards, rows in figures.items()}
         # Rates: the best round (the one least slowed by other load on a shared machine); memory: median.
         best = {shards: {key: (max if key.endswith("_per_s") else statistics.median)(f[key] for f in rows)
                          for key in rows[0]} for shards, rows in figures.items()}
-        return {"redis": ".".join(map(str, redis_version(binary) or ())), "rounds": rounds,
+        return {"redis": ".".join(map(str, redis_version(binary) or ())), "rounds": rounds, "counts": counts,
                 "enqueue_tasks": n_enqueue, "lifecycle_tasks": n_life, "best": best, "median": med,
                 "raw": figures}
     finally:
@@ -126,19 +144,25 @@ def cluster_memory(n_tasks: int) -> dict[str, Any] | None:
 
 
 def render(single: dict[str, Any], cluster: dict[str, Any] | None) -> str:
-    m1, m4 = single["best"][1], single["best"][4]
-    d1, d4 = single["median"][1], single["median"][4]
+    a, b = single["counts"]
+    m1, m4 = single["best"][a], single["best"][b]
+    d1, d4 = single["median"][a], single["median"][b]
     def rate(label: str, key: str) -> str:
         return (f"| {label} | {m1[key]:,.0f} ({d1[key]:,.0f}) | {m4[key]:,.0f} ({d4[key]:,.0f}) | "
                 f"{m4[key] / m1[key]:.2f} ({d4[key] / d1[key]:.2f}) |")
 
+    def ms(label: str, key: str) -> str:
+        return f"| {label} | {d1[key]:.2f} | {d4[key]:.2f} | {d4[key] / d1[key]:.2f} |"
+
     rows = [
-        "| figure: best round (median) | shards=1 | shards=4 | 4 / 1 |",
+        f"| figure: best round (median) | shards={a} | shards={b} | {b} / {a} |",
         "|---|---:|---:|---:|",
         rate("enqueue_many, tasks/s", "enqueue_per_s"),
         rate("lifecycle (complete_and_claim, 1 thread), tasks/s", "lifecycle_per_s"),
         f"| used_memory per queued task, bytes (median) | {m1['bytes_per_queued']:.0f} | "
         f"{m4['bytes_per_queued']:.0f} | {m4['bytes_per_queued'] / m1['bytes_per_queued']:.2f} |",
+        ms("stats(), ms (median of the rounds' medians)", "stats_ms"),
+        ms("pump tick with a full window, ms (median of the rounds' medians)", "full_window_pump_ms"),
     ]
     text = "\n".join(rows) + (f"\n\nRedis {single['redis']}, best (median) of {single['rounds']} rounds "
                               f"per count ({single['enqueue_tasks']:,} tasks enqueued, "
@@ -155,11 +179,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="short run")
     ap.add_argument("--json", metavar="FILE", help="also write every raw figure to FILE")
+    ap.add_argument("--counts", default="1,4", metavar="A,B",
+                    help="the two shard counts compared on one Redis")
+    ap.add_argument("--no-cluster", action="store_true", help="skip the 3-master cluster's memory run")
     args = ap.parse_args(argv)
+    counts = tuple(int(c) for c in args.counts.split(","))
+    if len(counts) != 2:
+        ap.error("--counts takes two shard counts, e.g. 1,16")
     rounds, n_enqueue, n_life, n_cluster = (3, 20_000, 5_000, 30_000) if args.quick else (9, 50_000, 10_000,
                                                                                            300_000)
-    single = single_redis(rounds, n_enqueue, n_life)
-    cluster = cluster_memory(n_cluster)
+    single = single_redis(rounds, n_enqueue, n_life, counts)  # type: ignore[arg-type]
+    cluster = None if args.no_cluster else cluster_memory(n_cluster)
     print(render(single, cluster))
     if args.json:
         Path(args.json).write_text(json.dumps({"single": single, "cluster": cluster}, indent=2, default=str))

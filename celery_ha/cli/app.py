@@ -93,6 +93,7 @@ def _register() -> None:
         recrawl_cmd,
         redis_cmd,
         schedules_cmd,
+        shards_cmd,
         stats_cmd,
         task_cmd,
         tasks_cmd,
@@ -102,8 +103,8 @@ def _register() -> None:
     )
 
     for module in (demo_cmd, up_cmd, enqueue_cmd, stats_cmd, task_cmd, tasks_cmd, dead_cmd, proxies_cmd,
-                   hosts_cmd, export_cmd, workers_cmd, purge_cmd, recrawl_cmd, schedules_cmd, redis_cmd,
-                   web_cmd):
+                   hosts_cmd, export_cmd, workers_cmd, purge_cmd, recrawl_cmd, schedules_cmd, shards_cmd,
+                   redis_cmd, web_cmd):
         main.add_command(module.command)
     for command in (control_cmd.cancel, control_cmd.pause_command, control_cmd.resume_command):
         main.add_command(command)

@@ -149,3 +149,16 @@ def cluster_view(client: RedisCluster) -> dict[str, Any]:
         state = "unknown"
     return {"cluster_state": state, "masters": sum(1 for n in nodes if n["role"] == "primary"),
             "nodes": nodes}
+
+
+def slot_owner(client: RedisCluster, slot: int) -> str:
+    """``host:port`` of the master serving ``slot``, as the client's slot map says (read when the
+    client was made, patched at each ``MOVED``)."""
+    node = client.nodes_manager.get_node_from_slot(slot)
+    return f"{node.host}:{node.port}"
+
+
+def keys_in_slot(client: RedisCluster, slot: int) -> int:
+    """How many keys ``slot`` holds on its master (``CLUSTER COUNTKEYSINSLOT``): every key of a hash
+    tag that lands there, whichever namespace it belongs to."""
+    return int(client.cluster_countkeysinslot(slot))

@@ -25,13 +25,18 @@ under the namespace's own tag.
 from __future__ import annotations
 
 import zlib
+from dataclasses import asdict, dataclass
 from functools import cache
+from typing import Any
 
 import redis
 from redis.crc import key_slot
 
 from celery_ha.base.errors import ConfigurationError
+from celery_ha.redisio.cluster import is_cluster_client, keys_in_slot, slot_owner
+from celery_ha.state.counts import queue_stats
 from celery_ha.state.keys import QueueKeys
+from celery_ha.state.record_store import record_count
 
 SLOTS = 16384
 META_FIELD = "shards"
@@ -103,3 +108,41 @@ def check_count(client: redis.Redis, namespace: str, count: int) -> None:
         client.hdel(meta, META_FIELD)
     else:
         client.hset(meta, META_FIELD, count)
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """Where one shard of a namespace lives and what it holds (``celery-ha shards``)."""
+
+    index: int
+    tag: str  # its hash tag: every key of the shard is ``cha:{tag}:...``
+    slot: int  # the Redis Cluster slot of the tag (also on a single Redis: where it would go)
+    node: str | None  # ``host:port`` of the master serving the slot; None on a single Redis
+    keys_in_slot: int | None  # every key of the slot on that master (other tags may share it)
+    records: int
+    queued: int
+    running: int
+    delayed: int
+    dead: int
+    remembered: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def shard_table(client: redis.Redis, namespace: str) -> list[ShardInfo]:
+    """Every shard of ``namespace`` as it is stored (the recorded count), shard 0 first: its tag,
+    slot, master and counts. A few O(1) reads per shard."""
+    keys = namespace_keys(client, namespace)
+    tags = shard_tags(namespace, len(keys))
+    cluster = is_cluster_client(client)
+    out = []
+    for index, (tag, k) in enumerate(zip(tags, keys, strict=True)):
+        slot = key_slot(tag.encode())
+        counts = queue_stats(client, k)
+        out.append(ShardInfo(
+            index=index, tag=tag, slot=slot, node=slot_owner(client, slot) if cluster else None,
+            keys_in_slot=keys_in_slot(client, slot) if cluster else None, records=record_count(client, k),
+            queued=counts["queued"], running=counts["running"], delayed=counts["delayed"],
+            dead=counts["dead"], remembered=counts["remembered"]))
+    return out

@@ -237,3 +237,22 @@ def test_enqueue_refuses_a_task_name_the_live_workers_do_not_run(redis_url: str,
     result = cli(redis_url, "enqueue", "--task", "fetch_pgae", "--allow-unknown-task", "https://example.com/y")
     assert result.exit_code == 0 and q.stats()["queued"] == 2
     assert cli(redis_url, "enqueue", "--task", "crawl_list", "https://example.com/z").exit_code == 0
+
+
+def test_shards_lists_each_shard_of_a_namespace_on_one_redis(redis_url: str) -> None:
+    """One row per shard, with the recorded count (not this process's setting): tag, slot and counts
+    that add up to the namespace's own."""
+    q = TaskQueue.from_url(redis_url, "shardlist", shards=3)
+    q.enqueue_many([f"https://example.com/s{i}" for i in range(30)])
+    lease = q.claim_next("w")
+    assert lease is not None
+    q.fail(lease, "gone", retry=False)
+    result = cli(redis_url, "shards", "--json", namespace="shardlist")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert [r["index"] for r in rows] == [0, 1, 2] and rows[0]["tag"] == "shardlist"
+    assert all(r["node"] is None and r["keys_in_slot"] is None for r in rows)
+    assert sum(r["records"] for r in rows) == 30 and sum(r["queued"] for r in rows) == 29
+    assert sum(r["dead"] for r in rows) == 1 and all(r["queued"] > 0 for r in rows)
+    table = cli(redis_url, "shards", namespace="shardlist")
+    assert table.exit_code == 0 and "3 shard(s) on one Redis" in table.stdout, table.output

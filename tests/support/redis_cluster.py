@@ -130,6 +130,28 @@ class RedisClusterGroup:
         wait_until(known_everywhere, timeout=30, what="every master to know the new replica")
         return node
 
+    def add_master(self) -> RedisProcess:
+        """Start one more node and join it to the cluster as a master without slots (what
+        `redis-cli --cluster add-node NEW EXISTING` does); returns it once every master knows it."""
+        port, bus = free_port(), free_port()
+        folder = self.tmp / f"node{len(self.nodes)}"
+        node = RedisProcess(
+            port=port, data_dir=folder, binary=self.nodes[0].binary,
+            extra_args=["--cluster-enabled", "yes", "--cluster-config-file", str(folder / "nodes.conf"),
+                        "--cluster-port", str(bus), "--cluster-node-timeout", str(self.node_timeout_ms),
+                        "--maxmemory-policy", "noeviction"])
+        node.start()
+        self.nodes.append(node)
+        self.bus_ports.append(bus)
+        fresh = self.node_client(len(self.nodes) - 1)
+        fresh.execute_command("CLUSTER", "MEET", "127.0.0.1", self.nodes[0].port, self.bus_ports[0])
+        new_id = fresh.cluster("myid")
+        wait_until(lambda: all(new_id in self.node_client(n).execute_command("CLUSTER", "NODES")
+                               for n in range(len(self.nodes) - 1)), timeout=30,
+                   what="every master to know the new one")
+        wait_until(self._ready, timeout=30, what="the new master to see the cluster ok")
+        return node
+
     def stop(self) -> None:
         for node in self.replicas:
             with contextlib.suppress(Exception):

@@ -9,6 +9,7 @@ band, left there for a pop to skip; see ``unready`` in ``_common.lua``).
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import redis
 
@@ -25,20 +26,33 @@ SWEEP_FIELDS = ("dcur", "dpmin", "dmin")
 
 def queue_stats(client: redis.Redis, k: QueueKeys) -> dict[str, int]:
     """Counts per state plus lifetime counters (see ``TaskQueue.stats``)."""
+    return queue_stats_many(client, [k])[0]
+
+
+def queue_stats_many(client: redis.Redis, shards: list[QueueKeys]) -> list[dict[str, int]]:
+    """:func:`queue_stats` of each of ``shards``, read together: two round trips whatever their
+    number (on a cluster, the pipeline's commands go to each shard's master)."""
     pipe = client.pipeline(transaction=False)
-    pipe.zrange(k.ready_bands, 0, -1)
-    for key in (k.inflight, k.running, k.delayed, k.dead, k.completed):
-        pipe.zcard(key)
-    pipe.hgetall(k.stats)
-    pipe.hget(k.host_config, "nq")
-    bands, dispatched, running, delayed, dead, history, counters, gated = pipe.execute()
-    # queued in host queues (the host gate), and the ready bands' stale entries (not queued)
-    queued = int(gated or 0) - int(counters.pop("rstale", 0))
-    if bands:
-        pipe = client.pipeline(transaction=False)
+    for k in shards:
+        pipe.zrange(k.ready_bands, 0, -1)
+        for key in (k.inflight, k.running, k.delayed, k.dead, k.completed):
+            pipe.zcard(key)
+        pipe.hgetall(k.stats)
+        pipe.hget(k.host_config, "nq")
+    replies = pipe.execute()
+    rows = [replies[i * 8:(i + 1) * 8] for i in range(len(shards))]
+    pipe = client.pipeline(transaction=False)
+    for k, (bands, *_) in zip(shards, rows, strict=True):
         for band in bands:
             pipe.llen(k.ready_list(band))
-        queued += sum(pipe.execute())
+    lengths = iter(pipe.execute() if any(row[0] for row in rows) else [])
+    return [_stats_of(row, [next(lengths) for _ in row[0]]) for row in rows]
+
+
+def _stats_of(row: list[Any], band_lengths: list[int]) -> dict[str, int]:
+    _bands, dispatched, running, delayed, dead, history, counters, gated = row
+    # queued in host queues (the host gate) and the ready bands, less their stale entries (not queued)
+    queued = int(gated or 0) - int(counters.pop("rstale", 0)) + sum(band_lengths)
     out = {"queued": queued, "dispatched": dispatched, "running": running, "delayed": delayed,
            "dead": dead, "completed_history": history}
     counters = {name: int(v) for name, v in counters.items()}

@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from celery_ha.state.counts import queue_stats
+from celery_ha.state.counts import queue_stats_many
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.record_store import read_records
 from celery_ha.state.records import Dispatched
@@ -103,9 +103,9 @@ def dead_page(client: redis.Redis, keys: list[QueueKeys], offset: int, limit: in
 
 
 def summed_stats(client: redis.Redis, keys: list[QueueKeys]) -> dict[str, int]:
-    """``queue_stats`` of every shard, added up (two round trips per shard)."""
+    """``queue_stats`` of every shard, added up (two round trips for all of them)."""
     total: dict[str, int] = {}
-    for k in keys:
-        for name, value in queue_stats(client, k).items():
+    for shard in queue_stats_many(client, keys):
+        for name, value in shard.items():
             total[name] = total.get(name, 0) + value
     return total

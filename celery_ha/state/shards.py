@@ -34,7 +34,7 @@ from redis.crc import key_slot
 
 from celery_ha.base.errors import ConfigurationError
 from celery_ha.redisio.cluster import is_cluster_client, keys_in_slot, slot_owner
-from celery_ha.state.counts import queue_stats
+from celery_ha.state.counts import queue_stats_many
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.record_store import record_count
 
@@ -137,9 +137,8 @@ def shard_table(client: redis.Redis, namespace: str) -> list[ShardInfo]:
     tags = shard_tags(namespace, len(keys))
     cluster = is_cluster_client(client)
     out = []
-    for index, (tag, k) in enumerate(zip(tags, keys, strict=True)):
+    for index, (tag, k, counts) in enumerate(zip(tags, keys, queue_stats_many(client, keys), strict=True)):
         slot = key_slot(tag.encode())
-        counts = queue_stats(client, k)
         out.append(ShardInfo(
             index=index, tag=tag, slot=slot, node=slot_owner(client, slot) if cluster else None,
             keys_in_slot=keys_in_slot(client, slot) if cluster else None, records=record_count(client, k),

@@ -99,14 +99,48 @@ def slow(r: redis.Redis) -> dict[str, Any]:
     return {"over_10ms": len(durations), "max_ms": round(max(durations) / 1000, 1) if durations else 0.0}
 
 
+def sched_of(pid: int) -> tuple[int, int]:
+    """(ns on a CPU, ns waiting on a run queue) of redis-server's main thread so far
+    (``/proc/<pid>/task/<pid>/schedstat``): whether a slow call ran or waited for a CPU."""
+    on_cpu, waiting, _ = Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()
+    return int(on_cpu), int(waiting)
+
+
+def enqueue_traced(r: redis.Redis, q: TaskQueue, n: int, batch: int, pid: int) -> dict[str, Any]:
+    """Enqueue n URLs one script call at a time (``batch`` rows each), reading redis-server's
+    scheduler counters around every call: each call during which redis-server's main thread spent
+    over 10 ms on a CPU or waiting for one is reported with both times, the client's wall time, the
+    records' bucket geometry and ``used_memory``. Mostly CPU: the call was long in Redis; mostly
+    waiting: redis-server was preempted (the slow log counts both)."""
+    slow_calls: list[dict[str, Any]] = []
+    calls = 0
+    for start in range(0, n, batch):
+        urls = [url(i) for i in range(start, min(n, start + batch))]
+        cpu0, wait0 = sched_of(pid)
+        t = time.perf_counter()
+        q.enqueue_many(urls, task=TASK, batch_size=batch)
+        wall = time.perf_counter() - t
+        cpu1, wait1 = sched_of(pid)
+        calls += 1
+        if (cpu1 - cpu0 + wait1 - wait0) / 1000 > SLOW_US:
+            level, split = r.hmget(q.keys.record_geometry, ["l", "s"])
+            slow_calls.append({"at": start, "wall_ms": round(wall * 1000, 2),
+                               "redis_cpu_ms": round((cpu1 - cpu0) / 1e6, 2),
+                               "redis_waiting_ms": round((wait1 - wait0) / 1e6, 2),
+                               "level": level, "split": split, "used_mb": used_memory(r) // 2**20})
+    return {"calls": calls, "over_10ms_in_redis": len(slow_calls),
+            "of_which_cpu_over_10ms": sum(1 for c in slow_calls if c["redis_cpu_ms"] > SLOW_US / 1000),
+            "slow_calls": slow_calls}
+
+
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(len(values) * p))]
 
 
 def bench_size(r: redis.Redis, raw: redis.Redis, n: int, lifecycles: int, check_remembered: bool,
-               batch: int | None, only_remembered: bool = False, only_enqueue: bool = False
-               ) -> dict[str, Any]:
+               batch: int | None, only_remembered: bool = False, only_enqueue: bool = False,
+               redis_pid: int | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"n": n}
     r.flushall()
     q = TaskQueue(r, NS, history_max=10_000)
@@ -116,7 +150,10 @@ def bench_size(r: redis.Redis, raw: redis.Redis, n: int, lifecycles: int, check_
     reset(r)
     t0 = time.perf_counter()
     chunk = 100_000
-    for start in range(0, n, chunk):
+    if redis_pid is not None:
+        out["traced"] = enqueue_traced(r, q, n, batch or 250, redis_pid)
+        chunk = n  # done
+    for start in range(0, n if redis_pid is None else 0, chunk):
         urls = [url(i) for i in range(start, min(n, start + chunk))]
         if batch:
             q.enqueue_many(urls, task=TASK, batch_size=batch)
@@ -368,6 +405,9 @@ def main() -> None:
     ap.add_argument("--listpack-value", type=int, default=0,
                     help="hash-max-listpack-value of its server (0: the server's default, 64): records "
                          "longer than it make their bucket an ordinary hash (README 'Limits')")
+    ap.add_argument("--sched", action="store_true",
+                    help="enqueue one script call at a time and report each call over 10 ms with "
+                         "redis-server's CPU and run-queue time during it (Linux /proc)")
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args()
     global TASK
@@ -389,7 +429,8 @@ def main() -> None:
         print(f"redis {info['redis_version']} on port {srv.port}; load {os.getloadavg()}", flush=True)
         for n in (int(s) for s in args.sizes.split(",")):
             results["sizes"].append(bench_size(r, raw, n, args.lifecycles, args.check_remembered,
-                                               args.enqueue_batch, args.only_remembered, args.only_enqueue))
+                                               args.enqueue_batch, args.only_remembered, args.only_enqueue,
+                                               srv.proc.pid if args.sched and srv.proc else None))
         results["load_at_end"] = os.getloadavg()[0]
         print(json.dumps(results, indent=1))
         if args.json:

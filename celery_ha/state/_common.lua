@@ -17,19 +17,27 @@
   ARGV[1] is the namespace prefix, from which the per-priority ready lists and the buckets of the
   remembered (finished dedup) ids, d:<3 chars>, d:~ and their bitmap dk (_remembered.lua), are named
   (same hash tag).
-  A record is "<state JSON>\n<payload>": Lua decodes only the small state part; the payload stays an
+  A record is "<state head>\n<payload>": Lua decodes only the small state head; the payload stays an
   opaque string, so user JSON is never re-encoded by cjson. The payload is the JSON {"u": url[, "m":
   meta][, "t": trace]}, or the bare URL when that is all it holds and the URL needs no JSON escaping
-  (state/enqueue_args.py; a JSON payload starts with '{', a URL never does). Fields at their
-  default are left out of the state part: n (the task name) when it is fetch_page, ma and ms
-  (max_attempts, max_stalls) when they are 3. Every value in the state
-  part is a JSON string, integers included ({"k":"3"}): cjson formats and parses numbers through
-  printf/strtod, which makes encoding a record 2.4x slower than with strings.
+  (state/enqueue_args.py; a JSON payload starts with '{', a URL never does).
+  The state head is compact: the values of the fields of HEAD_FIELDS, in that fixed order (the one
+  source of truth with HEAD_FIELDS of celery_ha/state/records.py; fields are only added at the end),
+  joined by the byte 0x1F, an absent field empty, trailing empty fields left out. Every value is a
+  string as the scripts made it, integers and timestamps (decimal ms) included: a freshly queued
+  dedup task's head is 'q<1F>1733333333333<1F>1' (17 bytes; the JSON head was 39). A state the
+  compact head cannot hold (a field it does not know; a value that is empty, not a string, or holds
+  0x1F or a newline, as an error text may) is written as the JSON object of string values of earlier
+  releases, which starts with '{' (a compact head never does) and is read as before: records of
+  earlier releases stay readable and are written compact at their next write. Fields at their
+  default are left out: n (the task name) when it is fetch_page, ma and ms (max_attempts,
+  max_stalls) when they are 3.
   One-letter states (st.s): q queued, d dispatched, r running, w delayed, c completed, x dead.
   Timestamps in the state part (ms, Redis clock): ct created, ut last transition (for a running task:
   its claim), due (a delayed task's retry time), qt (when a waiting task became ready, kept from a
   retry's promotion or a dispatch until its claim; otherwise ut or ct say it).
-  Defines: the K_* keys and PREFIX; fmt, decode, load, encode, save (records); ready_key, push_ready,
+  Defines: the K_* keys and PREFIX; fmt, decode, load, encode, save (records; HEAD_FIELDS and
+  compact_head: the compact head); ready_key, push_ready,
   live_in, pop_ready, pop_best, unready, band_batch, band_add, band_flush (ready lists and, for a task with a
   host key st.h, its host's queue: the host gate of _hosts.lua, included below ready_key);
   hist_bucket, observe (histograms);
@@ -66,11 +74,72 @@ end
 -- The task name a record leaves out (st.n absent): decode() puts it back, encode() leaves it out.
 local DEFAULT_TASK = 'fetch_page'
 
--- A stored record -> (state table, payload string).
+-- The compact state head (see the header). HEAD_FIELDS is the order, the one source of truth with
+-- HEAD_FIELDS of celery_ha/state/records.py (tests/state/test_compact_head.py checks that the two
+-- and the unrolled code below agree); fields are only ever added at the end. The first 12 (every
+-- field of a queued, dispatched, running or completed task) are read and written by unrolled code
+-- (about as fast as cjson was); a state with any of the others goes through the general loops.
+local HEAD_FIELDS = {'s', 'ct', 'dd', 'n', 'p', 'h', 'ma', 'ms', 'ut', 'k', 'w', 'qt', 'a', 'st', 'due',
+                     'e', 'pe', 'f', 'iv', 'sg'}
+local HEAD_SEP = '\31'
+-- The first 12 fields, the rest of the head, and where the head ends. One literal, so no pattern is
+-- built at each call: ('([^\31\n]*)\31?' x 12) .. '([^\n]*)()'.
+local HEAD_HOT = '^([^\31\n]*)\31?([^\31\n]*)\31?([^\31\n]*)\31?([^\31\n]*)\31?([^\31\n]*)\31?([^\31\n]*)\31?([^\31\n]*)\31?([^\31\n]*)\31?([^\31\n]*)\31?([^\31\n]*)\31?([^\31\n]*)\31?([^\31\n]*)\31?([^\n]*)()'
+local head_pos -- field -> position, built at the first need (the general ways only)
+local function head_position(key)
+  if not head_pos then
+    head_pos = {}
+    for j, name in ipairs(HEAD_FIELDS) do head_pos[name] = j end
+  end
+  return head_pos[key]
+end
+-- States that encode() must not take the unrolled way: decoded from a JSON head with a field the
+-- compact head does not know or a value it cannot hold, or from a compact head with positions past
+-- HEAD_FIELDS (a later release's).
+local head_odd = {}
+
+-- Fields 13 on of a compact head (`rest`: their values, HEAD_SEP-separated) into `st`.
+local function head_rest(st, rest)
+  local j, from, len = 13, 1, #rest
+  while from <= len do
+    local to = string.find(rest, HEAD_SEP, from, true) or len + 1
+    if to > from then
+      local key = HEAD_FIELDS[j]
+      if not key then
+        key = j
+        head_odd[st] = true
+      end
+      st[key] = string.sub(rest, from, to - 1)
+    end
+    j = j + 1
+    from = to + 1
+  end
+end
+
+-- A stored record -> (state table, payload string). A head starting with '{' is the JSON object of
+-- earlier releases (or of a state the compact head cannot hold); any other is the compact head.
 local function decode(raw)
-  local nl = string.find(raw, '\n', 1, true)
-  local st = cjson.decode(string.sub(raw, 1, nl - 1))
-  if not st.n then st.n = DEFAULT_TASK end
+  local st, nl
+  if string.byte(raw, 1) == 123 then
+    nl = string.find(raw, '\n', 1, true)
+    st = cjson.decode(string.sub(raw, 1, nl - 1))
+    for key, v in pairs(st) do
+      if not head_position(key) or type(v) ~= 'string' or v == '' or string.find(v, '[\31\n]')
+          or key == 's' and string.byte(v) == 123 then
+        head_odd[st] = true
+        break
+      end
+    end
+    if not st.n then st.n = DEFAULT_TASK end
+  else
+    local s, ct, dd, n, p, h, ma, ms, ut, k, w, qt, rest
+    s, ct, dd, n, p, h, ma, ms, ut, k, w, qt, rest, nl = string.match(raw, HEAD_HOT)
+    st = {s = s ~= '' and s or nil, ct = ct ~= '' and ct or nil, dd = dd ~= '' and dd or nil,
+          n = n ~= '' and n or DEFAULT_TASK, p = p ~= '' and p or nil, h = h ~= '' and h or nil,
+          ma = ma ~= '' and ma or nil, ms = ms ~= '' and ms or nil, ut = ut ~= '' and ut or nil,
+          k = k ~= '' and k or nil, w = w ~= '' and w or nil, qt = qt ~= '' and qt or nil}
+    if rest ~= '' then head_rest(st, rest) end
+  end
   return st, string.sub(raw, nl + 1)
 end
 
@@ -80,12 +149,47 @@ local function load(id)
   return decode(raw)
 end
 
+-- The compact head of any state, or nil when it cannot say it (a field it does not know, a value
+-- that is not a non-empty string or holds HEAD_SEP or a newline, a state starting with '{').
+local function compact_head(st)
+  local vals, last = {}, 0
+  for key, v in pairs(st) do
+    local j = head_position(key) or (type(key) == 'number' and key > #HEAD_FIELDS and key % 1 == 0 and key)
+    if not j or type(v) ~= 'string' or v == '' or string.find(v, '[\31\n]') then return nil end
+    vals[j] = v
+    if j > last then last = j end
+  end
+  if vals[1] and string.byte(vals[1]) == 123 then return nil end -- it would read as a JSON head
+  for j = 1, last do
+    if not vals[j] then vals[j] = '' end
+  end
+  return table.concat(vals, HEAD_SEP, 1, last)
+end
+
+-- The record of (st, payload): the compact head when it can hold the state, else the JSON head. The
+-- common states (fields 1-12 only) take the unrolled way, which looks for HEAD_SEP and newlines
+-- only in the free-text values (n, h, w): the others are made by the scripts (states, counters,
+-- validated priorities and limits, times from fmt), or come from a JSON head whose odd values
+-- decode() marked in head_odd.
 local function encode(st, payload)
-  local name = st.n
-  if name == DEFAULT_TASK then st.n = nil end
-  local head = cjson.encode(st)
-  st.n = name
-  return head .. '\n' .. payload
+  local s, ct, dd, name, p, h, ma, ms = st.s, st.ct, st.dd, st.n, st.p, st.h, st.ma, st.ms
+  local ut, k, w, qt = st.ut, st.k, st.w, st.qt
+  local n = name ~= DEFAULT_TASK and name or nil
+  if head_odd[st] or st.a or st.st or st.due or st.e or st.pe or st.f or st.iv or st.sg
+      or n and (n == '' or string.find(n, '[\31\n]')) or h and (h == '' or string.find(h, '[\31\n]'))
+      or w and (w == '' or string.find(w, '[\31\n]')) or s == '' or ct == '' or dd == '' or p == ''
+      or ma == '' or ms == '' or ut == '' or k == '' or qt == '' then
+    st.n = n
+    local head = compact_head(st) or cjson.encode(st)
+    st.n = name
+    return head .. '\n' .. payload
+  end
+  local last = qt and 12 or w and 11 or k and 10 or ut and 9 or ms and 8 or ma and 7 or h and 6
+    or p and 5 or n and 4 or dd and 3 or ct and 2 or 1
+  local head = (s or '') .. '\31' .. (ct or '') .. '\31' .. (dd or '') .. '\31' .. (n or '') .. '\31'
+    .. (p or '') .. '\31' .. (h or '') .. '\31' .. (ma or '') .. '\31' .. (ms or '') .. '\31' .. (ut or '')
+    .. '\31' .. (k or '') .. '\31' .. (w or '') .. '\31' .. (qt or '')
+  return string.sub(head, 1, #head - 12 + last) .. '\n' .. payload
 end
 
 -- Write a record back; returns it (a lease's reply carries it without encoding it twice).

@@ -8,13 +8,13 @@ band, left there for a pop to skip; see ``unready`` in ``_common.lua``).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import redis
 
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.record_store import read_records
+from celery_ha.state.records import decode_head
 
 #: Lifetime counters always present in ``stats()`` (0 until the first event), in display order.
 COUNTERS = ("enqueued", "duplicates", "claimed", "failed", "retried", "reclaimed", "released",
@@ -81,7 +81,7 @@ def live_band_ids(client: redis.Redis, k: QueueKeys, band: str, ids: list[str],
             continue
         if isinstance(raw, bytes):
             raw = raw.decode()
-        st = json.loads(raw.partition("\n")[0])
+        st = decode_head(raw.partition("\n")[0])
         if st.get("s") == "q" and "h" not in st and st.get("p", "0") == str(band):
             seen.add(tid)
             out.append(tid)

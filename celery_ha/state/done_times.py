@@ -12,7 +12,6 @@ that follows stays the atomic judge of what is new.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 import redis
@@ -20,6 +19,7 @@ import redis
 from celery_ha.state.ids import ALPHABET, ID_LEN
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.record_store import read_records
+from celery_ha.state.records import decode_head
 from celery_ha.state.sharded import by_shard
 from celery_ha.state.shards import shard_keys
 
@@ -90,7 +90,7 @@ def finished_at(client: redis.Redis, namespace: str, shard_count: int, ids: Sequ
                               strict=True):
                 if not raw:
                     continue
-                st = json.loads(raw.partition("\n")[0])
+                st = decode_head(raw.partition("\n")[0])
                 if st.get("s") == "c":
                     out[p] = int(st["ut"])
     return out

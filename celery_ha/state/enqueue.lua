@@ -95,8 +95,8 @@ do
   end
 end
 
--- The state part of a finished task's next run: `st` with the token carried over (see the header).
--- Nil when its record says it is not finished after all (then it is a live duplicate).
+-- The state of a finished task's next run: a copy of `st` with the token carried over (see the
+-- header). Nil when its record says it is not finished after all (then it is a live duplicate).
 local function next_run(id, st, old_record)
   local token, old = now, nil
   if old_record then
@@ -111,7 +111,7 @@ local function next_run(id, st, old_record)
   for key, value in pairs(st) do run[key] = value end
   run.k = fmt(token)
   if old then run.iv, run.sg = old.iv, old.sg end -- its refetch schedule's state (_refetch.lua)
-  return cjson.encode(run) .. '\n'
+  return run
 end
 
 local reply = {}
@@ -131,17 +131,17 @@ while i <= #ARGV do
   if p ~= '0' then st.p = p end
   if dd == '1' then st.dd = '1' end
   st.s = 'q'
-  local head = cjson.encode(st) .. '\n'
+  local head = encode(st, '') -- the same for the whole run (but a recrawl's or a gated task's)
   for _ = 1, count do
     local id = ARGV[i]
-    local head_of = head
+    local run = st -- its state, when it differs from the run's (a recrawl): nil for a duplicate
     if expired[id] ~= nil and dd == '1' and not fresh[id] then
-      head_of = next_run(id, st, expired[id])
-      if head_of then recrawled = recrawled + 1 end
+      run = next_run(id, st, expired[id])
+      if run then recrawled = recrawled + 1 end
     elseif expired[id] ~= nil then
-      head_of = nil
+      run = nil
     end
-    if fresh[id] or taken[id] or not head_of then
+    if fresh[id] or taken[id] or not run then
       if dd == '1' then
         reply[#reply + 1] = '0'
         duplicates = duplicates + 1
@@ -151,7 +151,12 @@ while i <= #ARGV do
     else
       fresh[id] = true
       local host = gate and ARGV[i + 2] ~= '' and ARGV[i + 2] or nil
-      if host then head_of = string.sub(head_of, 1, -3) .. ',"h":"' .. host .. '"}\n' end
+      local head_of = head
+      if host or run ~= st then
+        run.h = host
+        head_of = encode(run, '')
+        run.h = nil
+      end
       rec_set(id, head_of .. ARGV[i + 1])
       band_add(queued, p, id, host)
       created = created + 1

@@ -38,7 +38,7 @@ while i <= #ARGV do
   if ARGV[i + 5] ~= '3' then st.ms = ARGV[i + 5] end
   if p ~= '0' then st.p = p end
   if dd == '1' then st.dd = '1' end
-  local head = cjson.encode(st) .. '\n'
+  local head = encode(st, '') -- the same for the whole run (but a gated task's)
   i = i + 6
   for _ = 1, count do
     local id = ARGV[i]
@@ -49,7 +49,11 @@ while i <= #ARGV do
     else
       local host = gate and ARGV[i + 2] ~= '' and ARGV[i + 2] or nil
       local head_of = head
-      if host then head_of = string.sub(head, 1, -3) .. ',"h":"' .. host .. '"}\n' end
+      if host then
+        st.h = host
+        head_of = encode(st, '')
+        st.h = nil
+      end
       rec_set(id, head_of .. ARGV[i + 1])
       band_add(queued, p, id, host)
       created = created + 1

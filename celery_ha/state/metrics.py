@@ -13,7 +13,6 @@ the priorities in use, not by tasks), then the records at those heads.
 from __future__ import annotations
 
 import bisect
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +22,7 @@ import redis
 from celery_ha.redisio.cluster import is_cluster_client
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.record_store import read_records
+from celery_ha.state.records import decode_head
 from celery_ha.state.shards import namespace_keys
 
 #: Bucket upper bounds per decade, in tenths of a ms (``HIST_STEPS`` in ``_common.lua``).
@@ -165,7 +165,7 @@ def _ready_since(raw: str | None) -> int | None:
     if not raw:
         return None
     try:
-        st = json.loads(raw.partition("\n")[0])
+        st = decode_head(raw.partition("\n")[0])
     except ValueError:
         return None
     if st.get("s") != "q":

@@ -79,11 +79,48 @@ class TaskInfo:
     def parse(cls, task_id: str, raw: str) -> TaskInfo:
         """Build a snapshot from a stored record. On every claim's path, so it fills the instance's
         dict in one step (a frozen dataclass's __init__ would set each of its 18 fields through
-        object.__setattr__, about half of the cost)."""
+        object.__setattr__, about half of the cost), straight from the compact head's positions."""
         head, _, body = raw.partition("\n")
-        st = _loads(head)
         # A payload of the URL alone is the bare URL; a JSON payload starts with '{' (_common.lua).
         payload = _loads(body) if body[:1] == "{" else {"u": body} if body else _EMPTY
+        if head[:1] == "{":
+            return cls._parse_json(task_id, _loads(head), payload)
+        f = head.split(HEAD_SEP)
+        if len(f) < _N_FIELDS:
+            f += _PADDING[len(f):]
+        # The order of HEAD_FIELDS.
+        s, ct, dd, n, p, h, ma, ms, ut, k, w, _qt, a, stalls, due, e, pe, _f, iv, sg = f[:_N_FIELDS]
+        info = object.__new__(cls)
+        info.__dict__.update(
+            id=task_id,
+            url=payload.get("u", ""),
+            task=n or DEFAULT_TASK,
+            state=STATE_NAMES.get(s, s),
+            priority=int(p) if p else 0,
+            meta=payload.get("m") or {},
+            attempts=int(a) if a else 0,
+            stalls=int(stalls) if stalls else 0,
+            max_attempts=int(ma) if ma else 3,
+            max_stalls=int(ms) if ms else 3,
+            token=int(k) if k else 0,
+            worker=w or None,
+            error=e or None,
+            previous_error=pe or None,
+            created_at=float(ct) / 1000.0 if ct else None,
+            updated_at=float(ut) / 1000.0 if ut else None,
+            due_at=float(due) / 1000.0 if due else None,
+            dedup=bool(dd),
+            trace=payload.get("t"),
+            host=h or None,
+            refetch_every=int(iv) / 1000.0 if iv else None,
+            signature=sg or None,
+        )
+        return info
+
+    @classmethod
+    def _parse_json(cls, task_id: str, st: dict[str, Any], payload: dict[str, Any]) -> TaskInfo:
+        """The snapshot of a record whose head is JSON (earlier releases, or a value the compact
+        head cannot hold)."""
         get = st.get
         ct, ut, due = get("ct"), get("ut"), get("due")
         info = object.__new__(cls)
@@ -112,6 +149,46 @@ class TaskInfo:
             signature=get("sg"),
         )
         return info
+
+
+#: The fields of the compact state head, in their fixed order: the one source of truth with
+#: HEAD_FIELDS of _common.lua (tests/state/test_compact_head.py checks that the two agree). A
+#: compact head is these values (strings, as the JSON head held them: timestamps in decimal ms)
+#: joined by HEAD_SEP, an absent field empty, trailing empties left out; fields are only ever added
+#: at the end. A head that starts with '{' is the JSON object of earlier releases (or of a state the
+#: compact head cannot hold: a value that is empty, or holds HEAD_SEP or a newline, an unknown field).
+HEAD_FIELDS = ("s", "ct", "dd", "n", "p", "h", "ma", "ms", "ut", "k", "w", "qt", "a", "st", "due",
+               "e", "pe", "f", "iv", "sg")
+HEAD_SEP = "\x1f"
+_N_FIELDS = len(HEAD_FIELDS)
+_PADDING = [""] * _N_FIELDS
+
+
+def decode_head(head: str) -> dict[str, str]:
+    """The state part of a record (its first line), compact or JSON, as the JSON head holds it:
+    field -> string, the task name left out at its default (a position past HEAD_FIELDS, a later
+    release's, is named by its 1-based number)."""
+    if head[:1] == "{":
+        return _loads(head)
+    return {HEAD_FIELDS[j] if j < _N_FIELDS else str(j + 1): value
+            for j, value in enumerate(head.split(HEAD_SEP)) if value}
+
+
+def encode_head(st: dict[str, str]) -> str:
+    """The head ``encode()`` of _common.lua writes for ``st`` (tests, tooling): the same compact head
+    when it can hold every field, else a JSON head (escaped as json.dumps does, not as cjson)."""
+    st = {k: v for k, v in st.items() if not (k == "n" and v == DEFAULT_TASK)}
+    vals = [""] * _N_FIELDS
+    for name, value in st.items():
+        if (name not in HEAD_FIELDS or not isinstance(value, str) or not value or HEAD_SEP in value
+                or "\n" in value):
+            return json.dumps(st, separators=(",", ":"), ensure_ascii=False)
+        vals[HEAD_FIELDS.index(name)] = value
+    if vals[0][:1] == "{":
+        return json.dumps(st, separators=(",", ":"), ensure_ascii=False)
+    while vals and not vals[-1]:
+        vals.pop()
+    return HEAD_SEP.join(vals)
 
 
 _loads = json.JSONDecoder().decode

@@ -4,7 +4,6 @@ and Python, every claim and completion is counted once, and waits start where th
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -23,6 +22,7 @@ from celery_ha.state.metrics import (
     parse_histograms,
     read_queue_metrics,
 )
+from celery_ha.state.records import decode_head, encode_head
 from tests.support.records import put_raw_record, raw_record
 
 
@@ -35,9 +35,9 @@ def _backdate(r: redis.Redis, q: TaskQueue, tid: str, field: str, ms_ago: int) -
     """Move one timestamp of a stored record into the past (the test plays the passing of time)."""
     raw = raw_record(r, q.keys, tid)
     head, _, body = raw.partition("\n")
-    st = json.loads(head)
+    st = decode_head(head)
     st[field] = str(redis_now_ms(r) - ms_ago)
-    put_raw_record(r, q.keys, tid, json.dumps(st, separators=(",", ":")) + "\n" + body)
+    put_raw_record(r, q.keys, tid, encode_head(st) + "\n" + body)
 
 
 def _fields(r: redis.Redis, q: TaskQueue) -> dict[str, int]:
@@ -96,7 +96,7 @@ def test_a_dispatched_task_waits_from_its_enqueue_not_its_dispatch(r: redis.Redi
     assert q.claim(tid, "w1") is not None
     (field,) = _fields(r, q)
     assert int(field.split(":")[1]) == bucket_index(47_000)
-    assert "qt" not in raw_record(r, q.keys, tid).partition("\n")[0]  # dropped at the claim
+    assert "qt" not in decode_head(raw_record(r, q.keys, tid).partition("\n")[0])  # dropped at the claim
 
 
 def test_a_retry_waits_from_its_due_time_and_a_handed_back_task_from_then(r: redis.Redis, q: TaskQueue

@@ -15,6 +15,7 @@ from celery_ha.monitoring.dashboard import Reader, stats_snapshot
 from celery_ha.proxy import ProxyPool
 from celery_ha.redisio.clock import redis_now_ms
 from celery_ha.state.metrics import read_queue_metrics
+from celery_ha.state.records import decode_head, encode_head
 from tests.support.invariants import check_invariants
 from tests.support.records import put_raw_record, raw_record
 
@@ -87,8 +88,8 @@ def test_the_oldest_queued_figure_sees_the_host_queues(q: TaskQueue, r: redis.Re
     q.enqueue("http://b.example/new")
     raw = raw_record(r, q.keys, tid)
     head, _, body = raw.partition("\n")
-    st = json.loads(head)
+    st = decode_head(head)
     st["ct"] = str(redis_now_ms(r) - 90_000)
-    put_raw_record(r, q.keys, tid, json.dumps(st, separators=(",", ":")) + "\n" + body)
+    put_raw_record(r, q.keys, tid, encode_head(st) + "\n" + body)
     m = read_queue_metrics(r, "sw")
     assert m.oldest_ready_ms is not None and 90 <= (m.now_ms - m.oldest_ready_ms) / 1000 < 100

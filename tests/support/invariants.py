@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 
 import redis
@@ -12,6 +11,7 @@ from celery_ha.state.counts import live_band_ids
 from celery_ha.state.done_times import count_remembered
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.record_store import all_records
+from celery_ha.state.records import decode_head
 
 #: state code -> the structure that must hold the id
 _STRUCTURE_OF = {"q": "ready", "d": "inflight", "r": "running", "w": "delayed", "x": "dead", "c": "completed"}
@@ -67,7 +67,7 @@ def check_invariants(r: redis.Redis, q: TaskQueue) -> dict[str, str]:
     # A completed task waiting for a scheduled run keeps its record after the history let it go.
     scheduled = {tid for shard in q._shards for tid in r.zrange(shard.refetch, 0, -1)}
     for tid, raw in _records(r, q.keys).items():
-        st = json.loads(raw.partition("\n")[0])
+        st = decode_head(raw.partition("\n")[0])
         expected = _STRUCTURE_OF[st["s"]]
         if st["s"] == "c" and tid in scheduled and tid not in location:
             expected = None
@@ -102,7 +102,7 @@ def check_hosts(r: redis.Redis, q: TaskQueue) -> None:
     active: Counter[str] = Counter()
     dispatched: Counter[str] = Counter()
     for tid, raw in _records(r, k).items():
-        st = json.loads(raw.partition("\n")[0])
+        st = decode_head(raw.partition("\n")[0])
         host = st.get("h")
         if host is None:
             continue

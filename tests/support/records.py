@@ -23,7 +23,8 @@ _WRITE = ("local K_TASKS, PREFIX = KEYS[1], ARGV[1]\n" + _RECORDS_LUA
 
 
 def raw_record(r: redis.Redis, keys: QueueKeys, task_id: str) -> str | None:
-    """The stored record of ``task_id`` ("<state JSON>\\n<payload>"), None when there is none."""
+    """The stored record of ``task_id`` ("<state head>\\n<payload>"; ``decode_head`` of
+    celery_ha/state/records.py reads the head), None when there is none."""
     return read_record(r, keys, task_id)
 
 

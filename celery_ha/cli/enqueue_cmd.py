@@ -28,6 +28,7 @@ from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.cli.pump_hint import kick_pump
 from celery_ha.cli.render import echo_json, iter_lines, stream_name
 from celery_ha.fetch.sitemap_ingest import IngestCounts, SitemapIngest, UrlFilter
+from celery_ha.state.enqueue_args import SCRIPT_BATCH
 from celery_ha.state.worker_registry import known_task_names
 
 
@@ -95,7 +96,7 @@ def _checked_urls(urls: tuple[str, ...], source: IO[bytes] | None) -> list[str]:
               help="A task+URL that finished at least AGE ago (90s, 15m, 6h, 7d) is queued again instead "
                    "of counting as a duplicate. Default: CELERY_HA_DEDUP_TTL (unset: never).")
 @click.option("--max-attempts", type=click.IntRange(1, 1000), help="Failures before a task goes to dead.")
-@click.option("--batch-size", type=click.IntRange(1, 10_000), default=250, show_default=True,
+@click.option("--batch-size", type=click.IntRange(1, 10_000), default=SCRIPT_BATCH, show_default=True,
               help="URLs per Redis round trip.")
 @click.option("--pump/--no-pump", default=True, show_default=True,
               help="Ask a live worker to dispatch the new tasks now (else the next sweep does).")

@@ -28,11 +28,12 @@ from celery_ha.state.shards import shard_of
 #: Most tasks sent in one script call: bounds how long one enqueue keeps Redis busy.
 MAX_BATCH = 10_000
 
-#: The default rows per script call of enqueue and reclaim: a row costs Redis ~8-10 µs at a 1M
-#: backlog, so 250 keep a call near 2 ms, well under the 10 ms every other client (claims, renewals,
-#: heartbeats) may wait behind it; 1,000 took 9-10 ms on average there (benchmarks/scale_bench.py).
-#: More round trips cost no throughput: the per-row work dominates.
-SCRIPT_BATCH = 250
+#: The default rows per script call of enqueue and reclaim, so that no call keeps every other client
+#: (claims, renewals, heartbeats) waiting 10 ms: enqueueing 10M with 250 rows per call averaged ~5 ms
+#: a call with 86 of 40,000 calls over 10 ms of Redis CPU, with 100 rows 1.7 ms and at most 3.4 ms
+#: (benchmarks/RESULTS.md, "Slow enqueue calls at 10M"). More round trips cost no throughput: the
+#: per-row work dominates (that run was faster, 16,468 tasks/s against 13,594).
+SCRIPT_BATCH = 100
 
 #: The keys a dict spec may carry: the keyword arguments of ``TaskQueue.enqueue``.
 SPEC_FIELDS = frozenset({"url", "task", "priority", "meta", "dedup", "max_attempts", "max_stalls", "host",

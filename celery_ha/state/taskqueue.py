@@ -319,7 +319,7 @@ class TaskQueue(EnqueueOps, QueueReads, OperatorOps, CompletionOps, ScheduleOps)
                           clean_message(reason, MAX_ERROR_CHARS), shard=self._of(task_id))
         return None if refused(reply) else _RELEASED.get(reply)
 
-    def reclaim_expired(self, batch: int = SCRIPT_BATCH, max_batches: int = 400,
+    def reclaim_expired(self, batch: int = SCRIPT_BATCH, max_batches: int = 1000,
                         spare: tuple[int, int] | None = None) -> int:
         """Return tasks whose lease expired to the queue (or to dead past ``max_stalls``).
 

@@ -101,9 +101,9 @@ def build_services(settings: Settings | None = None) -> Services:
 
 _services: PerProcess[Services] = PerProcess(build_services)
 #: The services of the namespaces served beside the process's own, by namespace (built on first use,
-#: from the own services' settings and client).
-_others: PerProcess[dict[str, Services]] = PerProcess(dict)
-_others_lock = threading.Lock()
+#: from the own services' settings and client), with the lock that builds them: both per process, so
+#: a pool child never inherits a lock some thread of its parent held at the fork.
+_others: PerProcess[tuple[dict[str, Services], threading.Lock]] = PerProcess(lambda: ({}, threading.Lock()))
 _serving = threading.local()
 
 
@@ -115,13 +115,13 @@ def services(namespace: str | None = None) -> Services:
         namespace = getattr(_serving, "namespace", None)
     if namespace is None or namespace == own.settings.namespace:
         return own
-    others = _others.get()
+    others, lock = _others.get()
     rt = others.get(namespace)
     if rt is None:
         if namespace not in own.settings.served_namespaces:
             raise ConfigurationError(f"namespace {namespace!r} is not served by this process "
                                      f"(CELERY_HA_NAMESPACES: {', '.join(own.settings.served_namespaces)})")
-        with _others_lock:
+        with lock:
             rt = others.get(namespace)
             if rt is None:
                 settings = replace(own.settings, namespace=namespace)

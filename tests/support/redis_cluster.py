@@ -95,17 +95,22 @@ class RedisClusterGroup:
         return [sum(1 for _ in self.node_client(n).scan_iter(match=match, count=1000))
                 for n in range(len(self.nodes))]
 
-    def add_replica(self, master: int) -> RedisProcess:
-        """Start one more node and make it a replica of master ``master`` (it takes over when that
-        master dies); returns it once its replication link is up."""
+    def _start_node(self, name: str) -> tuple[RedisProcess, int, int]:
+        """Start one more cluster-enabled node, in no cluster yet; returns it, its port and bus port."""
         port, bus = free_port(), free_port()
-        folder = self.tmp / f"replica{len(self.replicas)}"
+        folder = self.tmp / name
         node = RedisProcess(
             port=port, data_dir=folder, binary=self.nodes[0].binary,
             extra_args=["--cluster-enabled", "yes", "--cluster-config-file", str(folder / "nodes.conf"),
                         "--cluster-port", str(bus), "--cluster-node-timeout", str(self.node_timeout_ms),
                         "--maxmemory-policy", "noeviction"])
         node.start()
+        return node, port, bus
+
+    def add_replica(self, master: int) -> RedisProcess:
+        """Start one more node and make it a replica of master ``master`` (it takes over when that
+        master dies); returns it once its replication link is up."""
+        node, port, _ = self._start_node(f"replica{len(self.replicas)}")
         self.replicas.append(node)
         master_id = self.node_client(master).cluster("myid")
         replica = redis.Redis(host="127.0.0.1", port=port, decode_responses=True, socket_timeout=5)
@@ -133,14 +138,7 @@ class RedisClusterGroup:
     def add_master(self) -> RedisProcess:
         """Start one more node and join it to the cluster as a master without slots (what
         `redis-cli --cluster add-node NEW EXISTING` does); returns it once every master knows it."""
-        port, bus = free_port(), free_port()
-        folder = self.tmp / f"node{len(self.nodes)}"
-        node = RedisProcess(
-            port=port, data_dir=folder, binary=self.nodes[0].binary,
-            extra_args=["--cluster-enabled", "yes", "--cluster-config-file", str(folder / "nodes.conf"),
-                        "--cluster-port", str(bus), "--cluster-node-timeout", str(self.node_timeout_ms),
-                        "--maxmemory-policy", "noeviction"])
-        node.start()
+        node, _, bus = self._start_node(f"node{len(self.nodes)}")
         self.nodes.append(node)
         self.bus_ports.append(bus)
         fresh = self.node_client(len(self.nodes) - 1)

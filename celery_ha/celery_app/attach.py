@@ -29,8 +29,9 @@ from celery_ha.base.masking import mask_url
 from celery_ha.base.settings import Settings
 from celery_ha.celery_app.config import VISIBILITY_MARGIN, CelerySettings, DurableTimeLimits, celery_settings
 from celery_ha.integration.core.services import configure, process_settings
+from celery_ha.integration.core.task_spec import REGISTRY
 from celery_ha.integration.dispatch.broker import kombu_broker
-from celery_ha.integration.patches import kombu_client_reuse, kombu_fixes
+from celery_ha.integration.patches import kombu_client_reuse, kombu_fixes, kombu_lean_acks
 from celery_ha.integration.worker.hooks import WorkerHooks
 from celery_ha.runtime.resolve import resolve_redis_url
 
@@ -102,6 +103,7 @@ def _attach(app: Celery, overrides: dict[str, Any], standalone: bool) -> Celery:
         raise
     kombu_fixes.install()
     kombu_client_reuse.install()
+    kombu_lean_acks.install(REGISTRY.__contains__)
     attachment = Attachment(app, resolved, standalone)
     setattr(app, ATTRIBUTE, attachment)
     _attached.append(app)

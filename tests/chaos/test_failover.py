@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from celery_ha.base.procfs import child_pids
 from celery_ha.integration.dispatch.broker import broker_backlog
 from celery_ha.state.sink import count_items, iter_items
 from tests.support.celery_helpers import wait_for
@@ -174,3 +175,32 @@ def test_stale_holder_cannot_emit_or_complete(make_cluster, site):
     stats = cluster.q.stats()
     assert stats["completed"] == 1 and stats["items"] == 1
     assert cluster.state(tid) == "completed"
+
+
+def test_a_worker_killed_with_messages_reserved_loses_no_task(make_cluster, site):
+    """(i) A worker SIGKILLed while its main process holds durable tasks' messages its pool children
+    have not claimed: kombu kept no copy of them (patch ``kombu_lean_acks``), so they are gone with
+    the worker, and the durable layer sends those still-``dispatched`` tasks again after
+    ``CELERY_HA_REDISPATCH_AFTER``; another worker runs each of them once."""
+    cluster = make_cluster(CELERY_HA_REDISPATCH_AFTER="2")
+    w1 = cluster.worker("w1", concurrency=2)
+    children = child_pids(w1.pid)
+    assert len(children) == 2
+    for pid in children:  # the pool can take messages but claims none
+        os.kill(pid, signal.SIGSTOP)
+    urls = [site.case_url(i) for i in (1, 2)]
+    tids = [cluster.q.enqueue(u) for u in urls]
+    cluster.pump()
+    # w1's main process reserves both messages (prefetch: one per pool process): off the broker's list,
+    # in no unacked hash, their tasks still dispatched.
+    wait_for(lambda: broker_backlog(cluster.broker, cluster.crawl_queue) == 0, message="messages taken")
+    assert [cluster.state(t) for t in tids] == ["dispatched", "dispatched"]
+    assert cluster.broker.hlen("unacked") == 0 and cluster.broker.zcard("unacked_index") == 0
+    cluster.kill_group(w1)
+    assert broker_backlog(cluster.broker, cluster.crawl_queue) == 0  # nothing came back from kombu
+    cluster.worker("w2", concurrency=2)
+    wait_for(lambda: cluster.all_completed(tids), timeout=45, message="both tasks re-sent and run")
+    assert cluster.q.stats()["redispatched"] >= 2
+    for i in (1, 2):
+        assert len(site.hits(path=f"/case/{i}")) == 1
+    assert count_items(cluster.r, cluster.namespace) == 2

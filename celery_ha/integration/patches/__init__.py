@@ -8,6 +8,8 @@ breaks). Each has a test that fails when the behaviour it patches changes (tests
 
 - ``kombu_fixes``: a command on a channel whose broker connection was closed is a connection error.
 - ``kombu_client_reuse``: one redis-py client per kombu channel instead of one per command.
+- ``kombu_lean_acks``: a durable task's message is not copied into kombu's ``unacked`` hash (the durable
+  layer's redispatch is its ack emulation).
 - ``quick_reconnect``: the worker's consumer retries a lost broker within a second, not 2 s, 4 s, ...
 - ``child_reaper``: a dead pool child is noticed within a quarter second instead of 5 s.
 

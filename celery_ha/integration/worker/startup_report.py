@@ -2,8 +2,8 @@
 
 One INFO line in the worker's main process, after the last patch decided, e.g.::
 
-    celery-ha patches: kombu_fixes, kombu_client_reuse, quick_reconnect, child_reaper; refill
-    dispatch: script push
+    celery-ha patches: kombu_fixes, kombu_client_reuse, kombu_lean_acks, quick_reconnect, child_reaper;
+    refill dispatch: script push
 
 A patch that is off shows as ``name off (why)`` (and logged its own WARNING when it switched off);
 the dispatch path is the script push (the completion's script pushes the refill's messages) or the

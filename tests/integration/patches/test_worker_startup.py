@@ -16,7 +16,7 @@ from celery_ha.state.worker_registry import list_workers
 from tests.support.celery_fixtures import make_cluster, site  # noqa: F401  (fixtures)
 from tests.support.celery_helpers import wait_for
 
-ALL_ON = "kombu_fixes, kombu_client_reuse, quick_reconnect, child_reaper"
+ALL_ON = "kombu_fixes, kombu_client_reuse, kombu_lean_acks, quick_reconnect, child_reaper"
 
 
 def _startup_line(log: str) -> str | None:

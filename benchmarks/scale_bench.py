@@ -15,7 +15,8 @@ server:
    over 10 ms while draining.
    Then 20 tasks still queued at the back of their band are claimed by id (what a Celery message for a
    queued, not dispatched, task does): latency and slow calls. Then the operator's reads at that
-   depth (``stats``, pages of ``tasks --state``, ``dead list``, ``get_many``), median of 5.
+   depth (``stats``, pages of ``tasks --state``, ``dead list``, ``get_many``, an ``export`` of the
+   1,000 items of 1,000 more completions, and with ``--gated`` ``hosts list``), median of 5.
 3. **Remembered URLs**: N finished dedup ids written as a completion writes them (the real completion
    path is timed in 2; this fills the dedup memory of N finished tasks whose records the bounded
    history already dropped: the bucket, 7-byte field and completion hour of ``_remembered.lua``, via
@@ -30,6 +31,9 @@ server:
    its pop (``MULTI; ZRANGE 0 0; ZREMRANGEBYRANK 0 0; EXEC``) at depth.
 
     python benchmarks/scale_bench.py --sizes 100000,1000000 --json /tmp/scale.json
+
+``--gated`` switches the host gate on before the enqueue: every task waits in its host's queue (1,000
+hosts, no limits) and the lifecycles take them through the gate; ``hosts list`` joins the reads.
 
 The machine has 2 cores shared with other sessions: run it more than once and read the medians.
 """
@@ -58,6 +62,7 @@ from celery_ha.state import TaskQueue  # noqa: E402
 from celery_ha.state.done_times import DONE_EPOCH_MS, HOUR_MS, done_bit, done_slot  # noqa: E402
 from celery_ha.state.ids import task_id_for  # noqa: E402
 from celery_ha.state.listing import list_tasks  # noqa: E402
+from celery_ha.state.sink import iter_items  # noqa: E402
 
 NS = "scale"
 TASK = "celery_ha.crawl"
@@ -140,10 +145,12 @@ def pct(values: list[float], p: float) -> float:
 
 def bench_size(r: redis.Redis, raw: redis.Redis, n: int, lifecycles: int, check_remembered: bool,
                batch: int | None, only_remembered: bool = False, only_enqueue: bool = False,
-               redis_pid: int | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"n": n}
+               redis_pid: int | None = None, gated: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"n": n, "gated": gated}
     r.flushall()
     q = TaskQueue(r, NS, history_max=10_000)
+    if gated:
+        q.hosts.switch(True)
     if only_remembered:
         return bench_remembered(r, raw, q, n, check_remembered, out)
     base = used_memory(r)
@@ -214,10 +221,16 @@ def bench_size(r: redis.Redis, raw: redis.Redis, n: int, lifecycles: int, check_
 def operator_reads(q: TaskQueue, n: int) -> dict[str, float]:
     """What the operator's verbs cost at this depth, from the client (median of 5, ms): ``stats``,
     a first and a deep page of ``tasks --state queued`` / ``completed``, ``dead list`` with 1,000
-    dead letters, a page of ``get_many``."""
+    dead letters, a page of ``get_many``, ``export`` of 1,000 items (``celery-ha export`` reads the
+    sink so), and ``hosts list`` (its first 50 by queued, as the CLI's default; gate on only)."""
     ids = [task_id_for(TASK, url(i)) for i in range(n - 1_020, n - 20)]
     for tid in ids:  # 1,000 dead letters, taken straight from the queue
         q.cancel(tid, "bench")
+    for i in range(1_000):  # 1,000 more completions, each with one item for the export
+        lease = q.claim_next("w1")
+        assert lease is not None
+        q.commit(lease, [(f"item-{i}", {"url": url(i), "title": f"page {i}", "price": i})])
+        q.complete(lease)
     calls = {
         "stats": lambda: q.stats(),
         "tasks_queued_first_page": lambda: list_tasks(q, "queued", limit=50),
@@ -225,7 +238,10 @@ def operator_reads(q: TaskQueue, n: int) -> dict[str, float]:
         "tasks_completed_first_page": lambda: list_tasks(q, "completed", limit=50),
         "dead_list_100": lambda: q.dead(limit=100),
         "get_many_50": lambda: q.get_many(ids[:50]),
+        "export_1000_items": lambda: sum(1 for _ in iter_items(q.client, NS)),
     }
+    if q.hosts.enabled():
+        calls["hosts_list"] = lambda: q.hosts.list(sort="queued", limit=50)
     out = {}
     for name, call in calls.items():
         samples = []
@@ -408,6 +424,8 @@ def main() -> None:
     ap.add_argument("--sched", action="store_true",
                     help="enqueue one script call at a time and report each call over 10 ms with "
                          "redis-server's CPU and run-queue time during it (Linux /proc)")
+    ap.add_argument("--gated", action="store_true",
+                    help="host gate on: tasks wait in their host's queue (1,000 hosts); adds `hosts list`")
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args()
     global TASK
@@ -430,7 +448,8 @@ def main() -> None:
         for n in (int(s) for s in args.sizes.split(",")):
             results["sizes"].append(bench_size(r, raw, n, args.lifecycles, args.check_remembered,
                                                args.enqueue_batch, args.only_remembered, args.only_enqueue,
-                                               srv.proc.pid if args.sched and srv.proc else None))
+                                               srv.proc.pid if args.sched and srv.proc else None,
+                                               args.gated))
         results["load_at_end"] = os.getloadavg()[0]
         print(json.dumps(results, indent=1))
         if args.json:

@@ -20,7 +20,11 @@
   A record is "<state head>\n<payload>": Lua decodes only the small state head; the payload stays an
   opaque string, so user JSON is never re-encoded by cjson. The payload is the JSON {"u": url[, "m":
   meta][, "t": trace]}, or the bare URL when that is all it holds and the URL needs no JSON escaping
-  (state/enqueue_args.py; a JSON payload starts with '{', a URL never does).
+  (state/enqueue_args.py), an https URL without its scheme: 'https://host/p' is stored '//host/p'.
+  So a payload starting with '{' is JSON, one starting with '/' is an https URL ('https:' goes back
+  in front: url_host of _refetch.lua, TaskInfo.parse of records.py), any other a bare URL as it is
+  (http://, or an https URL a record of an earlier release holds whole). The JSON payload keeps the
+  URL whole. encode() writes a bare 'https://' payload of an earlier release in the '//' form.
   The state head is compact: the values of the fields of HEAD_FIELDS, in that fixed order (the one
   source of truth with HEAD_FIELDS of celery_ha/state/records.py; fields are only added at the end),
   joined by the byte 0x1F, an absent field empty, trailing empty fields left out. Every value is a
@@ -172,6 +176,9 @@ end
 -- validated priorities and limits, times from fmt), or come from a JSON head whose odd values
 -- decode() marked in head_odd.
 local function encode(st, payload)
+  if string.byte(payload, 1) == 104 and string.sub(payload, 1, 8) == 'https://' then
+    payload = string.sub(payload, 7) -- the scheme-relative form (see the header)
+  end
   local s, ct, dd, name, p, h, ma, ms = st.s, st.ct, st.dd, st.n, st.p, st.h, st.ma, st.ms
   local ut, k, w, qt = st.ut, st.k, st.w, st.qt
   local n = name ~= DEFAULT_TASK and name or nil

@@ -81,8 +81,11 @@ class TaskInfo:
         dict in one step (a frozen dataclass's __init__ would set each of its 18 fields through
         object.__setattr__, about half of the cost), straight from the compact head's positions."""
         head, _, body = raw.partition("\n")
-        # A payload of the URL alone is the bare URL; a JSON payload starts with '{' (_common.lua).
-        payload = _loads(body) if body[:1] == "{" else {"u": body} if body else _EMPTY
+        # A payload of the URL alone is the bare URL, an https one without its scheme ("//host/p");
+        # a JSON payload starts with '{' (_common.lua).
+        first = body[:1]
+        payload = (_loads(body) if first == "{" else {"u": "https:" + body} if first == "/"
+                   else {"u": body} if body else _EMPTY)
         if head[:1] == "{":
             return cls._parse_json(task_id, _loads(head), payload)
         f = head.split(HEAD_SEP)

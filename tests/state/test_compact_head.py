@@ -36,7 +36,15 @@ EVERY = {"s": "r", "ct": "1796418992826", "dd": "1", "n": "crawl.ñ", "p": "-7",
          "ma": "9", "ms": "0", "ut": "12.5", "k": "1796418992999", "w": "w:ünï 1", "qt": "0123",
          "a": "2", "st": "1", "due": "1000000000000", "e": "a \"quoted\" | error {}", "pe": "ßé ✓",
          "f": "4", "iv": "86400000", "sg": "9f86d081884c7d65"}
-PAYLOADS = ("https://example.com/a", '{"u":"https://example.com/b","m":{"d":[1,"\\n"]},"t":"00-ab"}', "")
+#: Payloads as a record may hold them: an https URL alone as written now ("//...") and by earlier
+#: releases (whole), an http URL, a JSON payload (its https URL stays whole), none.
+PAYLOADS = ("//example.com/a", "https://example.com/a", "http://example.com/h",
+            '{"u":"https://example.com/b","m":{"d":[1,"\\n"]},"t":"00-ab"}', "")
+
+
+def _written(payload: str) -> str:
+    """The payload encode() writes for ``payload``: a bare https URL without its scheme."""
+    return "//" + payload[8:] if payload.startswith("https://") else payload
 
 
 def _lua_list(name: str) -> list[str]:
@@ -92,10 +100,12 @@ def test_every_field_goes_through_lua_and_python_and_back(codec, fields: list[st
         state, record, back = codec(head + "\n" + payload)
         assert back == payload
         assert state == {"n": DEFAULT_TASK, **st}  # decode() puts the default task name back
-        assert record == head + "\n" + payload  # Lua writes what Python writes, byte for byte
+        # Lua writes what Python writes, byte for byte (and an https URL alone without its scheme).
+        assert record == head + "\n" + _written(payload)
         # The snapshot of the compact record is the one of the same state as a JSON head.
         as_json = json.dumps(st) + "\n" + payload
         assert TaskInfo.parse("ID", record) == TaskInfo.parse("ID", as_json)
+        assert TaskInfo.parse("ID", record) == TaskInfo.parse("ID", head + "\n" + payload)
         # And a JSON head of the same state is written compact by Lua.
         assert codec(as_json)[1] == record
 
@@ -119,7 +129,7 @@ def test_what_the_compact_head_cannot_hold_is_a_json_head(codec, field: str, val
 def test_a_later_release_s_fields_past_the_known_ones_are_kept(codec) -> None:
     head = encode_head({"s": "q", "ct": "1796418992826", "sg": "ab"}) + HEAD_SEP + HEAD_SEP + "new"
     state, record, _ = codec(head + "\nhttps://example.com/n")
-    assert state["sg"] == "ab" and record == head + "\nhttps://example.com/n"
+    assert state["sg"] == "ab" and record == head + "\n//example.com/n"
     assert decode_head(head) == {"s": "q", "ct": "1796418992826", "sg": "ab", "22": "new"}
 
 
@@ -145,7 +155,7 @@ def test_a_queued_record_is_small(r: redis.Redis, redis_url: str) -> None:
     url = "https://example.com/some/path/that/is/about/sixty/characters/x"
     tid = q.enqueue(url)
     head, _, body = raw_record(r, q.keys, tid).partition("\n")
-    assert body == url
+    assert body == url[6:] == "//example.com/some/path/that/is/about/sixty/characters/x"
     assert len(head) == 17 and head.split(HEAD_SEP)[::2] == ["q", "1"], head  # s, ct, dd
     other = q.enqueue(url + "2", task="celery_ha.crawl", dedup=False, priority=3)
     assert raw_record(r, q.keys, other).partition("\n")[0].split(HEAD_SEP)[2:] == ["", "celery_ha.crawl", "3"]

@@ -137,11 +137,11 @@ def test_host_schedules_find_the_host_of_every_payload_form(q: TaskQueue) -> Non
     other = q.enqueue("https://b.example/a.example", task="page")  # another host: no schedule
     _run(q, other)
     assert q.get(other).refetch_every is None and q.client.zscore(q.keys.refetch, other) is None
-    # The scheduled run of the old record is queued again in the new form.
+    # The scheduled run of the old record is queued again in the new form, a dedup task's letter.
     q.client.zadd(q.keys.refetch, {"OLDRECORD0S1": 0})
     assert q.refetch_due() == 1
     head, _, body = raw_record(q.client, q.keys, "OLDRECORD0S1").partition("\n")
-    assert head[:1] == "q" and body == "//a.example/old"
+    assert head[:1] == "Q" and body == "//a.example/old"
     assert (q.get("OLDRECORD0S1").state, q.get("OLDRECORD0S1").url) == ("queued", "https://a.example/old")
     check_invariants(q.client, q)
 

@@ -20,19 +20,29 @@
   A record is "<state head>\n<payload>": Lua decodes only the small state head; the payload stays an
   opaque string, so user JSON is never re-encoded by cjson. The payload is the JSON {"u": url[, "m":
   meta][, "t": trace]}, or the bare URL when that is all it holds and the URL needs no JSON escaping
-  (state/enqueue_args.py; a JSON payload starts with '{', a URL never does).
+  (state/enqueue_args.py), an https URL without its scheme: 'https://host/p' is stored '//host/p'.
+  So a payload starting with '{' is JSON, one starting with '/' is an https URL ('https:' goes back
+  in front: url_host of _refetch.lua, TaskInfo.parse of records.py), any other a bare URL as it is
+  (http://, or an https URL a record of an earlier release holds whole). The JSON payload keeps the
+  URL whole. encode() writes a bare 'https://' payload of an earlier release in the '//' form.
   The state head is compact: the values of the fields of HEAD_FIELDS, in that fixed order (the one
   source of truth with HEAD_FIELDS of celery_ha/state/records.py; fields are only added at the end),
   joined by the byte 0x1F, an absent field empty, trailing empty fields left out. Every value is a
-  string as the scripts made it, integers and timestamps (decimal ms) included: a freshly queued
-  dedup task's head is 'q<1F>1733333333333<1F>1' (17 bytes; the JSON head was 39). A state the
-  compact head cannot hold (a field it does not know; a value that is empty, not a string, or holds
-  0x1F or a newline, as an error text may) is written as the JSON object of string values of earlier
-  releases, which starts with '{' (a compact head never does) and is read as before: records of
-  earlier releases stay readable and are written compact at their next write. Fields at their
-  default are left out: n (the task name) when it is fetch_page, ma and ms (max_attempts,
-  max_stalls) when they are 3.
-  One-letter states (st.s): q queued, d dispatched, r running, w delayed, c completed, x dead.
+  string as the scripts made it, integers and timestamps (decimal ms) included. The dedup flag
+  (dd '1') is folded into the state letter: a dedup task's letter is written upper-case (Q D R W C
+  X) and its dd field left empty, so a freshly queued dedup task's head is 'Q<1F>1733333333333' (15
+  bytes; 'q<1F>1733333333333<1F>1', 17, before the fold; the JSON head was 39). decode() gives the
+  scripts the lower-case letter and dd '1' back (a head with dd '1' and a lower-case letter, as
+  earlier releases wrote, reads the same): the scripts see the lower-case st.s and st.dd only, and
+  none reads the letter from the raw record. A state the compact head cannot hold (a field it does
+  not know; a value that is empty, not a string, or holds 0x1F or a newline, as an error text may;
+  a state st.s that starts with '{' or is one of the upper-case letters) is written as the JSON
+  object of string values of earlier releases, which starts with '{' (a compact head never does)
+  and is read as before: records of earlier releases stay readable and are written compact at
+  their next write. Fields at their default are left out: n (the task name) when it is fetch_page,
+  ma and ms (max_attempts, max_stalls) when they are 3.
+  One-letter states (st.s): q queued, d dispatched, r running, w delayed, c completed, x dead (in a
+  compact head, Q D R W C X for a dedup task's).
   Timestamps in the state part (ms, Redis clock): ct created, ut last transition (for a running task:
   its claim), due (a delayed task's retry time), qt (when a waiting task became ready, kept from a
   retry's promotion or a dispatch until its claim; otherwise ut or ct say it).
@@ -82,6 +92,10 @@ local DEFAULT_TASK = 'fetch_page'
 local HEAD_FIELDS = {'s', 'ct', 'dd', 'n', 'p', 'h', 'ma', 'ms', 'ut', 'k', 'w', 'qt', 'a', 'st', 'due',
                      'e', 'pe', 'f', 'iv', 'sg'}
 local HEAD_SEP = '\31'
+-- The state letter of a dedup task (dd '1'), written upper-case with the dd field left empty, and
+-- back (tests/state/test_compact_head.py checks these against DEDUP_LETTERS of records.py).
+local DD_UP = {q = 'Q', d = 'D', r = 'R', w = 'W', c = 'C', x = 'X'}
+local DD_DOWN = {Q = 'q', D = 'd', R = 'r', W = 'w', C = 'c', X = 'x'}
 -- The first 12 fields, the rest of the head, and where the head ends. One literal, so no pattern is
 -- built at each call: ('([^\31\n]*)\31?' x 12) .. '([^\n]*)()'.
 local HEAD_HOT = '^([^\31\n]*)\31?([^\31\n]*)\31?([^\31\n]*)\31?([^\31\n]*)\31?([^\31\n]*)\31?([^\31\n]*)\31?([^\31\n]*)\31?([^\31\n]*)\31?([^\31\n]*)\31?([^\31\n]*)\31?([^\31\n]*)\31?([^\31\n]*)\31?([^\n]*)()'
@@ -125,7 +139,7 @@ local function decode(raw)
     st = cjson.decode(string.sub(raw, 1, nl - 1))
     for key, v in pairs(st) do
       if not head_position(key) or type(v) ~= 'string' or v == '' or string.find(v, '[\31\n]')
-          or key == 's' and string.byte(v) == 123 then
+          or key == 's' and (string.byte(v) == 123 or DD_DOWN[v]) then
         head_odd[st] = true
         break
       end
@@ -134,6 +148,8 @@ local function decode(raw)
   else
     local s, ct, dd, n, p, h, ma, ms, ut, k, w, qt, rest
     s, ct, dd, n, p, h, ma, ms, ut, k, w, qt, rest, nl = string.match(raw, HEAD_HOT)
+    local low = DD_DOWN[s]
+    if low then s, dd = low, '1' end -- a dedup task's letter (the dd field of earlier heads: as is)
     st = {s = s ~= '' and s or nil, ct = ct ~= '' and ct or nil, dd = dd ~= '' and dd or nil,
           n = n ~= '' and n or DEFAULT_TASK, p = p ~= '' and p or nil, h = h ~= '' and h or nil,
           ma = ma ~= '' and ma or nil, ms = ms ~= '' and ms or nil, ut = ut ~= '' and ut or nil,
@@ -159,7 +175,13 @@ local function compact_head(st)
     vals[j] = v
     if j > last then last = j end
   end
-  if vals[1] and string.byte(vals[1]) == 123 then return nil end -- it would read as a JSON head
+  local s = vals[1]
+  -- A head starting with '{' would read as a JSON head, an upper-case letter as a dedup task's.
+  if s and (string.byte(s) == 123 or DD_DOWN[s]) then return nil end
+  if vals[3] == '1' and DD_UP[s] then -- the dedup flag goes into the state letter
+    vals[1], vals[3] = DD_UP[s], nil
+    while last > 0 and not vals[last] do last = last - 1 end
+  end
   for j = 1, last do
     if not vals[j] then vals[j] = '' end
   end
@@ -172,18 +194,22 @@ end
 -- validated priorities and limits, times from fmt), or come from a JSON head whose odd values
 -- decode() marked in head_odd.
 local function encode(st, payload)
+  if string.byte(payload, 1) == 104 and string.sub(payload, 1, 8) == 'https://' then
+    payload = string.sub(payload, 7) -- the scheme-relative form (see the header)
+  end
   local s, ct, dd, name, p, h, ma, ms = st.s, st.ct, st.dd, st.n, st.p, st.h, st.ma, st.ms
   local ut, k, w, qt = st.ut, st.k, st.w, st.qt
   local n = name ~= DEFAULT_TASK and name or nil
   if head_odd[st] or st.a or st.st or st.due or st.e or st.pe or st.f or st.iv or st.sg
       or n and (n == '' or string.find(n, '[\31\n]')) or h and (h == '' or string.find(h, '[\31\n]'))
       or w and (w == '' or string.find(w, '[\31\n]')) or s == '' or ct == '' or dd == '' or p == ''
-      or ma == '' or ms == '' or ut == '' or k == '' or qt == '' then
+      or ma == '' or ms == '' or ut == '' or k == '' or qt == '' or DD_DOWN[s] then
     st.n = n
     local head = compact_head(st) or cjson.encode(st)
     st.n = name
     return head .. '\n' .. payload
   end
+  if dd == '1' and DD_UP[s] then s, dd = DD_UP[s], nil end -- the dedup flag in the state letter
   local last = qt and 12 or w and 11 or k and 10 or ut and 9 or ms and 8 or ma and 7 or h and 6
     or p and 5 or n and 4 or dd and 3 or ct and 2 or 1
   local head = (s or '') .. '\31' .. (ct or '') .. '\31' .. (dd or '') .. '\31' .. (n or '') .. '\31'

@@ -27,11 +27,15 @@ end
 -- The host of a task without a host key: its URL's host[:port], lower case, without user info and
 -- without the scheme's default port (the gate's default key mode, base/urls.py host_key).
 local function url_host(payload)
-  local url = payload -- a payload of the URL alone is stored as the bare URL (not JSON)
-  if string.sub(payload, 1, 1) == '{' then
+  -- A payload of the URL alone is stored as the bare URL (not JSON), an https one without its
+  -- scheme ('//host/...': _common's header).
+  local url, first = payload, string.byte(payload, 1)
+  if first == 123 then
     local ok, p = pcall(cjson.decode, payload)
     if not ok or type(p) ~= 'table' or type(p.u) ~= 'string' then return nil end
     url = p.u
+  elseif first == 47 then
+    url = 'https:' .. payload
   end
   local scheme, auth = string.match(url, '^(%a[%w+.-]*)://([^/?#]*)')
   if not auth then return nil end

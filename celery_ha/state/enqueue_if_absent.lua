@@ -15,7 +15,7 @@
     (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2..] runs as in enqueue.lua: count, priority, dedup (1/0), task name, max_attempts, max_stalls,
-    then count x (id, payload JSON, host key or ''); the host gate as in enqueue.lua
+    then count x (id, payload (_common.lua), host key or ''); the host gate as in enqueue.lua
   Reply: one character per task, in order: '1' created now, '0' present already (nothing written; a
     present dedup task counts in stats 'duplicates', as in enqueue.lua)
 ]]

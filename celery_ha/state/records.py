@@ -81,8 +81,11 @@ class TaskInfo:
         dict in one step (a frozen dataclass's __init__ would set each of its 18 fields through
         object.__setattr__, about half of the cost), straight from the compact head's positions."""
         head, _, body = raw.partition("\n")
-        # A payload of the URL alone is the bare URL; a JSON payload starts with '{' (_common.lua).
-        payload = _loads(body) if body[:1] == "{" else {"u": body} if body else _EMPTY
+        # A payload of the URL alone is the bare URL, an https one without its scheme ("//host/p");
+        # a JSON payload starts with '{' (_common.lua).
+        first = body[:1]
+        payload = (_loads(body) if first == "{" else {"u": "https:" + body} if first == "/"
+                   else {"u": body} if body else _EMPTY)
         if head[:1] == "{":
             return cls._parse_json(task_id, _loads(head), payload)
         f = head.split(HEAD_SEP)
@@ -90,12 +93,14 @@ class TaskInfo:
             f += _PADDING[len(f):]
         # The order of HEAD_FIELDS.
         s, ct, dd, n, p, h, ma, ms, ut, k, w, _qt, a, stalls, due, e, pe, _f, iv, sg = f[:_N_FIELDS]
+        letter = _LETTERS.get(s)  # a dedup task's letter is upper-case (DEDUP_LETTERS)
+        state, dedup = (s, bool(dd)) if letter is None else (letter[0], letter[1] or bool(dd))
         info = object.__new__(cls)
         info.__dict__.update(
             id=task_id,
             url=payload.get("u", ""),
             task=n or DEFAULT_TASK,
-            state=STATE_NAMES.get(s, s),
+            state=state,
             priority=int(p) if p else 0,
             meta=payload.get("m") or {},
             attempts=int(a) if a else 0,
@@ -109,7 +114,7 @@ class TaskInfo:
             created_at=float(ct) / 1000.0 if ct else None,
             updated_at=float(ut) / 1000.0 if ut else None,
             due_at=float(due) / 1000.0 if due else None,
-            dedup=bool(dd),
+            dedup=dedup,
             trace=payload.get("t"),
             host=h or None,
             refetch_every=int(iv) / 1000.0 if iv else None,
@@ -155,23 +160,37 @@ class TaskInfo:
 #: HEAD_FIELDS of _common.lua (tests/state/test_compact_head.py checks that the two agree). A
 #: compact head is these values (strings, as the JSON head held them: timestamps in decimal ms)
 #: joined by HEAD_SEP, an absent field empty, trailing empties left out; fields are only ever added
-#: at the end. A head that starts with '{' is the JSON object of earlier releases (or of a state the
-#: compact head cannot hold: a value that is empty, or holds HEAD_SEP or a newline, an unknown field).
+#: at the end. The dedup flag is folded into the state letter: a dedup task's (dd "1") is written
+#: upper-case (DEDUP_LETTERS) with dd left empty, so a freshly queued dedup task's head is
+#: "Q<1F>1733333333333"; a head with dd "1" and a lower-case letter (earlier releases) reads the same.
+#: A head that starts with '{' is the JSON object of earlier releases (or of a state the compact head
+#: cannot hold: a value that is empty, or holds HEAD_SEP or a newline, an unknown field, a state
+#: that starts with '{' or is an upper-case letter).
 HEAD_FIELDS = ("s", "ct", "dd", "n", "p", "h", "ma", "ms", "ut", "k", "w", "qt", "a", "st", "due",
                "e", "pe", "f", "iv", "sg")
 HEAD_SEP = "\x1f"
+#: A state's letter -> a dedup task's letter in a compact head (DD_UP of _common.lua).
+DEDUP_LETTERS = {"q": "Q", "d": "D", "r": "R", "w": "W", "c": "C", "x": "X"}
+_UNFOLD = {up: low for low, up in DEDUP_LETTERS.items()}
+#: A compact head's letter -> (public state, dedup).
+_LETTERS = {**{low: (STATE_NAMES[low], False) for low in DEDUP_LETTERS},
+            **{up: (STATE_NAMES[low], True) for low, up in DEDUP_LETTERS.items()}}
 _N_FIELDS = len(HEAD_FIELDS)
 _PADDING = [""] * _N_FIELDS
 
 
 def decode_head(head: str) -> dict[str, str]:
     """The state part of a record (its first line), compact or JSON, as the JSON head holds it:
-    field -> string, the task name left out at its default (a position past HEAD_FIELDS, a later
-    release's, is named by its 1-based number)."""
+    field -> string, the task name left out at its default, a dedup task's lower-case letter and
+    dd "1" (a position past HEAD_FIELDS, a later release's, is named by its 1-based number)."""
     if head[:1] == "{":
         return _loads(head)
-    return {HEAD_FIELDS[j] if j < _N_FIELDS else str(j + 1): value
-            for j, value in enumerate(head.split(HEAD_SEP)) if value}
+    st = {HEAD_FIELDS[j] if j < _N_FIELDS else str(j + 1): value
+          for j, value in enumerate(head.split(HEAD_SEP)) if value}
+    low = _UNFOLD.get(st.get("s", ""))
+    if low is not None:
+        st["s"], st["dd"] = low, "1"
+    return st
 
 
 def encode_head(st: dict[str, str]) -> str:
@@ -184,8 +203,10 @@ def encode_head(st: dict[str, str]) -> str:
                 or "\n" in value):
             return json.dumps(st, separators=(",", ":"), ensure_ascii=False)
         vals[HEAD_FIELDS.index(name)] = value
-    if vals[0][:1] == "{":
+    if vals[0][:1] == "{" or vals[0] in _UNFOLD:
         return json.dumps(st, separators=(",", ":"), ensure_ascii=False)
+    if vals[2] == "1" and vals[0] in DEDUP_LETTERS:
+        vals[0], vals[2] = DEDUP_LETTERS[vals[0]], ""
     while vals and not vals[-1]:
         vals.pop()
     return HEAD_SEP.join(vals)

@@ -16,9 +16,11 @@ import celery_ha.state
 from celery_ha.redisio.scripts import script_source
 from celery_ha.state import TaskQueue
 from celery_ha.state.records import (
+    DEDUP_LETTERS,
     DEFAULT_TASK,
     HEAD_FIELDS,
     HEAD_SEP,
+    STATE_NAMES,
     TaskInfo,
     decode_head,
     encode_head,
@@ -36,7 +38,15 @@ EVERY = {"s": "r", "ct": "1796418992826", "dd": "1", "n": "crawl.ñ", "p": "-7",
          "ma": "9", "ms": "0", "ut": "12.5", "k": "1796418992999", "w": "w:ünï 1", "qt": "0123",
          "a": "2", "st": "1", "due": "1000000000000", "e": "a \"quoted\" | error {}", "pe": "ßé ✓",
          "f": "4", "iv": "86400000", "sg": "9f86d081884c7d65"}
-PAYLOADS = ("https://example.com/a", '{"u":"https://example.com/b","m":{"d":[1,"\\n"]},"t":"00-ab"}', "")
+#: Payloads as a record may hold them: an https URL alone as written now ("//...") and by earlier
+#: releases (whole), an http URL, a JSON payload (its https URL stays whole), none.
+PAYLOADS = ("//example.com/a", "https://example.com/a", "http://example.com/h",
+            '{"u":"https://example.com/b","m":{"d":[1,"\\n"]},"t":"00-ab"}', "")
+
+
+def _written(payload: str) -> str:
+    """The payload encode() writes for ``payload``: a bare https URL without its scheme."""
+    return "//" + payload[8:] if payload.startswith("https://") else payload
 
 
 def _lua_list(name: str) -> list[str]:
@@ -47,6 +57,11 @@ def _lua_list(name: str) -> list[str]:
 
 def test_the_field_order_is_one_in_lua_and_python() -> None:
     assert _lua_list("HEAD_FIELDS") == list(HEAD_FIELDS)
+    # The dedup task's letters too: DD_UP and DD_DOWN of _common.lua, DEDUP_LETTERS of records.py.
+    up = dict(re.findall(r"(\w) = '(\w)'", re.search(r"local DD_UP = \{(.*?)\}", _COMMON).group(1)))
+    down = dict(re.findall(r"(\w) = '(\w)'", re.search(r"local DD_DOWN = \{(.*?)\}", _COMMON).group(1)))
+    assert up == DEDUP_LETTERS and down == {v: k for k, v in DEDUP_LETTERS.items()}
+    assert set(DEDUP_LETTERS) == set(STATE_NAMES) and all(v.isupper() for v in DEDUP_LETTERS.values())
     assert re.search(r"local HEAD_SEP = '\\31'", _COMMON) and HEAD_SEP == "\x1f"
     assert re.search(r"local DEFAULT_TASK = '(\w+)'", _COMMON).group(1) == DEFAULT_TASK
     # Every field the scripts keep in a record's state (st.<field>) is one of them.
@@ -92,10 +107,12 @@ def test_every_field_goes_through_lua_and_python_and_back(codec, fields: list[st
         state, record, back = codec(head + "\n" + payload)
         assert back == payload
         assert state == {"n": DEFAULT_TASK, **st}  # decode() puts the default task name back
-        assert record == head + "\n" + payload  # Lua writes what Python writes, byte for byte
+        # Lua writes what Python writes, byte for byte (and an https URL alone without its scheme).
+        assert record == head + "\n" + _written(payload)
         # The snapshot of the compact record is the one of the same state as a JSON head.
         as_json = json.dumps(st) + "\n" + payload
         assert TaskInfo.parse("ID", record) == TaskInfo.parse("ID", as_json)
+        assert TaskInfo.parse("ID", record) == TaskInfo.parse("ID", head + "\n" + payload)
         # And a JSON head of the same state is written compact by Lua.
         assert codec(as_json)[1] == record
 
@@ -103,6 +120,7 @@ def test_every_field_goes_through_lua_and_python_and_back(codec, fields: list[st
 @pytest.mark.parametrize(("field", "value"), [
     ("e", "line one\nline two"), ("e", "a" + HEAD_SEP + "b"), ("w", ""), ("pe", "x\n" + HEAD_SEP),
     ("zz", "a field of a later release"), ("s", "{"), ("s", "{x"), ("n", ""), ("h", "a\nb"),
+    ("s", "Q"), ("s", "X"),  # an upper-case letter in a compact head says dedup
 ])
 def test_what_the_compact_head_cannot_hold_is_a_json_head(codec, field: str, value: str) -> None:
     st = {"s": "w", "ct": "1796418992826", "a": "1", field: value}
@@ -119,8 +137,12 @@ def test_what_the_compact_head_cannot_hold_is_a_json_head(codec, field: str, val
 def test_a_later_release_s_fields_past_the_known_ones_are_kept(codec) -> None:
     head = encode_head({"s": "q", "ct": "1796418992826", "sg": "ab"}) + HEAD_SEP + HEAD_SEP + "new"
     state, record, _ = codec(head + "\nhttps://example.com/n")
-    assert state["sg"] == "ab" and record == head + "\nhttps://example.com/n"
+    assert state["sg"] == "ab" and record == head + "\n//example.com/n"
     assert decode_head(head) == {"s": "q", "ct": "1796418992826", "sg": "ab", "22": "new"}
+    dedup = "Q" + head[1:]  # a dedup task's
+    state, record, _ = codec(dedup + "\n//example.com/n")
+    assert (state["s"], state["dd"]) == ("q", "1") and record == dedup + "\n//example.com/n"
+    assert decode_head(dedup) == {"s": "q", "dd": "1", "ct": "1796418992826", "sg": "ab", "22": "new"}
 
 
 @pytest.mark.parametrize(("field", "value"), [("w", "a" + HEAD_SEP + "b"), ("w", ""), ("n", "x\ny"),
@@ -145,10 +167,44 @@ def test_a_queued_record_is_small(r: redis.Redis, redis_url: str) -> None:
     url = "https://example.com/some/path/that/is/about/sixty/characters/x"
     tid = q.enqueue(url)
     head, _, body = raw_record(r, q.keys, tid).partition("\n")
-    assert body == url
-    assert len(head) == 17 and head.split(HEAD_SEP)[::2] == ["q", "1"], head  # s, ct, dd
+    assert body == url[6:] == "//example.com/some/path/that/is/about/sixty/characters/x"
+    # s (upper-case: dedup), ct; dd is left empty, so it is left out.
+    assert len(head) == 15 and head[:2] == "Q" + HEAD_SEP and head[2:].isdigit(), head
     other = q.enqueue(url + "2", task="celery_ha.crawl", dedup=False, priority=3)
-    assert raw_record(r, q.keys, other).partition("\n")[0].split(HEAD_SEP)[2:] == ["", "celery_ha.crawl", "3"]
+    head = raw_record(r, q.keys, other).partition("\n")[0]
+    assert head[:1] == "q" and head.split(HEAD_SEP)[2:] == ["", "celery_ha.crawl", "3"]
+
+
+@pytest.mark.parametrize("letter", list(DEDUP_LETTERS))
+def test_a_dedup_task_s_letter_is_upper_case(codec, letter: str) -> None:
+    ct = "1796418992826"
+    st = {"s": letter, "ct": ct, "dd": "1"}
+    new = encode_head(st)
+    assert new == DEDUP_LETTERS[letter] + HEAD_SEP + ct and decode_head(new) == st
+    old = letter + HEAD_SEP + ct + HEAD_SEP + "1"  # the head earlier releases wrote
+    assert decode_head(old) == st
+    for head in (new, old, json.dumps(st)):
+        state, record, _ = codec(head + "\nhttps://example.com/d")
+        assert state == {"n": DEFAULT_TASK, **st}  # the scripts see the lower-case letter and dd
+        assert record == new + "\n//example.com/d"
+        info = TaskInfo.parse("ID", head + "\nhttps://example.com/d")
+        assert (info.state, info.dedup, info.url) == (STATE_NAMES[letter], True, "https://example.com/d")
+        assert TaskInfo.parse("ID", record) == info
+    # With more fields, through the general way (a field past the 12 unrolled ones) too.
+    for extra in ({"w": "w:1", "k": "4"}, {"w": "w:1", "a": "2", "e": "boom"}):
+        full = {**st, **extra}
+        state, record, _ = codec(encode_head({**extra, "s": letter, "ct": ct}) + "\n", dd="1")
+        assert state == {"n": DEFAULT_TASK, **full} and record == encode_head(full) + "\n"
+        assert record[:1] == DEDUP_LETTERS[letter] and decode_head(record[:-1]) == full
+        assert record.split(HEAD_SEP)[2] == "" and TaskInfo.parse("ID", record).dedup
+    # Without dedup the letter stays lower-case, and the dd field of another value stays as it is.
+    plain = {"s": letter, "ct": ct}
+    assert codec(encode_head(plain) + "\n")[1] == letter + HEAD_SEP + ct + "\n"
+    assert not TaskInfo.parse("ID", encode_head(plain) + "\n").dedup
+    odd = {"s": letter, "ct": ct, "dd": "yes"}
+    assert encode_head(odd) == letter + HEAD_SEP + ct + HEAD_SEP + "yes"
+    assert decode_head(encode_head(odd)) == odd
+    assert codec(json.dumps(odd) + "\n")[1] == encode_head(odd) + "\n"
 
 
 def test_an_error_text_of_any_kind_survives_the_lifecycle(r: redis.Redis, redis_url: str) -> None:

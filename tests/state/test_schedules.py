@@ -11,9 +11,10 @@ import redis
 
 from celery_ha.base.errors import InvalidInput
 from celery_ha.state import TaskQueue
-from celery_ha.state.records import Lease
+from celery_ha.state.records import HEAD_SEP, Lease
 from tests.support.celery_helpers import wait_for
 from tests.support.invariants import check_invariants
+from tests.support.records import put_raw_record, raw_record
 
 
 @pytest.fixture
@@ -110,6 +111,39 @@ def test_the_most_specific_schedule_applies(q: TaskQueue) -> None:
     other = q.enqueue("https://a.example/2", task="other")  # the host entry covers every task
     _run(q, other)
     assert q.get(other).refetch_every == 3600
+
+
+def test_host_schedules_find_the_host_of_every_payload_form(q: TaskQueue) -> None:
+    """url_host of _refetch.lua reads the host of a bare https URL stored without its scheme
+    ("//host/p"), of a whole https:// URL a record of an earlier release holds, of an http URL and
+    of a JSON payload; the old form is written in the new one at the completion."""
+    q.set_schedule(host="a.example", every="1h")
+    sep = HEAD_SEP
+    put_raw_record(q.client, q.keys, "OLDRECORD0S1", f"q{sep}1796407325451{sep}1{sep}page\nhttps://a.example/old")
+    q.client.rpush(q.keys.ready_list(0), "OLDRECORD0S1")
+    q.client.zadd(q.keys.ready_bands, {"0": 0})
+    cases = {"OLDRECORD0S1": "//a.example/old"}
+    for url, body in {"https://a.example/1": "//a.example/1", "https://A.example:443/2": "//A.example:443/2",
+                      "https://u:p@a.example/3": "//u:p@a.example/3", "http://a.example:80/4": "http://a.example:80/4",
+                      "https://a.example/5?q=\"j\"": '{"u":"https://a.example/5?q=\\"j\\""}'}.items():
+        tid = q.enqueue(url, task="page")
+        assert raw_record(q.client, q.keys, tid).partition("\n")[2] == body, url
+        cases[tid] = body
+    for tid, body in cases.items():
+        _run(q, tid)
+        assert q.get(tid).refetch_every == 3600, (tid, body)
+        assert raw_record(q.client, q.keys, tid).partition("\n")[2] == body, tid
+    assert q.get("OLDRECORD0S1").url == "https://a.example/old" and q.get("OLDRECORD0S1").dedup
+    other = q.enqueue("https://b.example/a.example", task="page")  # another host: no schedule
+    _run(q, other)
+    assert q.get(other).refetch_every is None and q.client.zscore(q.keys.refetch, other) is None
+    # The scheduled run of the old record is queued again in the new form, a dedup task's letter.
+    q.client.zadd(q.keys.refetch, {"OLDRECORD0S1": 0})
+    assert q.refetch_due() == 1
+    head, _, body = raw_record(q.client, q.keys, "OLDRECORD0S1").partition("\n")
+    assert head[:1] == "Q" and body == "//a.example/old"
+    assert (q.get("OLDRECORD0S1").state, q.get("OLDRECORD0S1").url) == ("queued", "https://a.example/old")
+    check_invariants(q.client, q)
 
 
 def test_gated_tasks_are_refetched_through_their_host_queue(redis_url: str) -> None:

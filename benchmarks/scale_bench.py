@@ -145,7 +145,7 @@ def pct(values: list[float], p: float) -> float:
 
 def bench_size(r: redis.Redis, raw: redis.Redis, n: int, lifecycles: int, check_remembered: bool,
                batch: int | None, only_remembered: bool = False, only_enqueue: bool = False,
-               redis_pid: int | None = None, gated: bool = False) -> dict[str, Any]:
+               redis_pid: int | None = None, gated: bool = False, baselines: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = {"n": n, "gated": gated}
     r.flushall()
     q = TaskQueue(r, NS, history_max=10_000)
@@ -209,6 +209,9 @@ def bench_size(r: redis.Redis, raw: redis.Redis, n: int, lifecycles: int, check_
     out["reads_ms"] = operator_reads(q, n)
     print(f"  {n:,}: operator reads (ms, median of 5) {out['reads_ms']}", flush=True)
 
+    if not baselines:
+        r.flushall()
+        return out
     bench_remembered(r, raw, q, n, check_remembered, out)
 
     # Baseline: scrapy-redis's structures on the same server.
@@ -426,6 +429,8 @@ def main() -> None:
                          "redis-server's CPU and run-queue time during it (Linux /proc)")
     ap.add_argument("--gated", action="store_true",
                     help="host gate on: tasks wait in their host's queue (1,000 hosts); adds `hosts list`")
+    ap.add_argument("--no-baselines", action="store_true",
+                    help="skip phases 3 and 4 (remembered URLs, scrapy-redis's structures)")
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args()
     global TASK
@@ -449,7 +454,7 @@ def main() -> None:
             results["sizes"].append(bench_size(r, raw, n, args.lifecycles, args.check_remembered,
                                                args.enqueue_batch, args.only_remembered, args.only_enqueue,
                                                srv.proc.pid if args.sched and srv.proc else None,
-                                               args.gated))
+                                               args.gated, not args.no_baselines))
         results["load_at_end"] = os.getloadavg()[0]
         print(json.dumps(results, indent=1))
         if args.json:

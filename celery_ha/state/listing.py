@@ -64,15 +64,22 @@ def _queued(q: TaskQueue, k: QueueKeys, skip: int, count: int, out: list[str]) -
         skip = 0
         if len(out) >= count:
             return skip
-    for host in sorted(q.client.smembers(k.hosts)):  # then the host gate's queues, host by host
-        length = int(q.client.zcard(k.host_queue(host)))
-        if skip >= length:
-            skip -= length
-            continue
-        out.extend(q.client.zrange(k.host_queue(host), skip, skip + count - len(out) - 1))
-        skip = 0
-        if len(out) >= count:
-            break
+    # Then the host gate's queues, host by host; their lengths are read SCAN_PAGE hosts per round trip
+    # (one per host made a page deep in a crawl of 1,000 hosts take ~60 ms).
+    hosts = sorted(q.client.smembers(k.hosts))
+    for first in range(0, len(hosts), SCAN_PAGE):
+        chunk = hosts[first:first + SCAN_PAGE]
+        pipe = q.client.pipeline(transaction=False)
+        for host in chunk:
+            pipe.zcard(k.host_queue(host))
+        for host, length in zip(chunk, pipe.execute(), strict=True):
+            if skip >= length:
+                skip -= length
+                continue
+            out.extend(q.client.zrange(k.host_queue(host), skip, skip + count - len(out) - 1))
+            skip = 0
+            if len(out) >= count:
+                return skip
     return skip
 
 

@@ -19,7 +19,7 @@ def q(redis_url: str) -> TaskQueue:
 @pytest.mark.parametrize("chunk", [1000, 3])
 def test_pages_of_queued_tasks_over_many_hosts_cover_each_task_once(q: TaskQueue, chunk: int,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(listing, "SCAN_PAGE", chunk)  # 3: the 7 hosts' lengths in 3 round trips
+    monkeypatch.setattr(listing, "SCAN_PAGE", chunk)  # 3: the 7 hosts' lengths in chunks of 3, 3, 1
     ungated = q.enqueue_many([f"http://plain.example/{i}" for i in range(2)])  # before the gate: bands
     q.hosts.switch(True)
     urls = [f"http://h{h}.example/p{i}" for h in range(7) for i in range(h + 1)]  # 1..7 tasks per host

@@ -15,6 +15,7 @@ import redis
 from celery_ha.base.errors import LeaseLost, TaskNotFound
 from celery_ha.redisio.scripts import LuaScript, prune_functions, script_source
 from celery_ha.state import Refusal, TaskQueue, task_id_for
+from celery_ha.state.ids import ALPHABET
 from celery_ha.state.replies import REASONS, raise_for, reason, refused
 
 # Counts its runs, then keeps Redis busy for ~300 ms (longer than the client's socket timeout below).
@@ -202,3 +203,21 @@ def test_a_script_defines_only_the_functions_it_calls() -> None:
     claim = script_source(str(STATE_LUA), "claim")
     assert "local function grant(" in claim and "local function store_items(" not in claim
     assert "local function fill_window(" in script_source(str(STATE_LUA), "complete_dispatch")
+
+
+def test_the_base62_tables_agree_with_the_id_alphabet(r: redis.Redis) -> None:
+    """``_base62.lua``'s IDX and CHR fill on first use: every byte maps as the id alphabet says, any
+    other byte (and a nil, a short id's missing character) to nil, every index back to its byte."""
+    base = (STATE_LUA / "_base62.lua").read_text(encoding="utf-8")
+    probe = base + """
+local idx, chr = {}, {}
+for b = 0, 255 do idx[#idx + 1] = IDX[b] or -1 end
+for b = 0, 255 do idx[#idx + 1] = IDX[b] or -1 end  -- again: the kept entries answer the same
+for i = 0, 61 do chr[#chr + 1] = CHR[i] end
+return {idx, chr, IDX[nil] == nil and CHR[-1] == nil and CHR[62] == nil and CHR[1.5] == nil and 1 or 0}
+"""
+    idx, chr_, edges = r.eval(probe, 0)
+    want = [ALPHABET.index(chr(b)) if chr(b) in ALPHABET else -1 for b in range(256)]
+    assert idx == want + want
+    assert chr_ == [ord(c) for c in ALPHABET]
+    assert edges == 1

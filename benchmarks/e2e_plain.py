@@ -17,7 +17,9 @@ if os.environ.get("BENCH_PLAIN_REUSE") == "1":
 
     kombu_client_reuse.install()
 
-app = Celery("e2e_plain", broker=os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/1"))
+if not os.environ.get("BENCH_BROKER_URL"):  # never the machine's own Redis by default
+    raise SystemExit("benchmarks.e2e_plain: BENCH_BROKER_URL is not set (e2e_bench.py sets it)")
+app = Celery("e2e_plain", broker=os.environ["BENCH_BROKER_URL"])
 app.conf.update(task_acks_late=True, worker_prefetch_multiplier=1, task_serializer="json",
                 accept_content=["json"], result_backend=None, task_ignore_result=True,
                 worker_send_task_events=True, task_send_sent_event=False, task_default_queue="plain",

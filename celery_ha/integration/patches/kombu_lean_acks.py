@@ -46,11 +46,12 @@ _SHAPE = {"append": ("message", "delivery_tag"), "ack": ("delivery_tag",),
           "reject": ("delivery_tag", "requeue"), "restore_by_tag": ("tag", "client", "leftmost")}
 
 
-#: Whether a task name is a durable task's (set by ``install``; the registry lives a layer above).
 def _no_durable_tasks(name: object) -> bool:
+    """Before ``install``: no message is a durable task's."""
     return False
 
 
+#: Whether a task name is a durable task's (set by ``install``: the registry lives a layer above).
 _durable: Callable[[object], bool] = _no_durable_tasks
 
 

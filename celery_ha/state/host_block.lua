@@ -9,7 +9,7 @@
   ARGV[2] host key
   ARGV[3] op: 'block' (blocked until now + ms, with the reason; replaces a block), 'extend' (the
     same, but never shortens a block: a Retry-After), 'backoff' (the backoff level grows by one, after
-    being forgiven when the last block is older than the forgiveness; blocked for
+    being forgiven when the last block is at least the forgiveness old; blocked for
     min(cap, ms x 2^(level-1)) ms, scaled by a jitter factor between 1 - jitter and 1 + jitter),
     'unblock' (block and backoff level cleared), 'defer' (next eligible no earlier than now + ms: a
     refusal's retry time), 'start' (a request to the host goes out, or got its answer, now: the host's spacing counts
@@ -34,7 +34,7 @@ if op == 'block' or op == 'extend' then
   fields = {'bu', hs.bu, 'br', ARGV[5], 'lb', string.format('%.0f', now)}
 elseif op == 'backoff' then
   local level = n0(hs.bl)
-  if now - n0(hs.lb) > (tonumber(ARGV[7]) or 0) then level = 0 end
+  if now - n0(hs.lb) >= (tonumber(ARGV[7]) or 0) then level = 0 end -- quiet that long (0: always)
   level = level + 1
   local t = redis.call('TIME')
   math.randomseed(tonumber(t[2]) + level * 7919)

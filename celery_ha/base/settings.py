@@ -7,8 +7,10 @@ variable, so a worker fails at start-up with one clear line instead of misbehavi
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from fnmatch import fnmatchcase
 from typing import Any
 
 from celery_ha.base.errors import ConfigurationError, InvalidInput
@@ -142,12 +144,42 @@ MAX_SERVED_NAMESPACES = 64
 
 
 def parse_namespaces(name: str, text: str) -> tuple[str, ...]:
-    """``"shop, news"`` -> the namespaces one worker, beat or ``celery-ha web`` serves (each checked,
-    no repeats)."""
+    """``"shop, news, crawl-*"`` -> the namespaces one worker, beat or ``celery-ha web`` serves: names
+    (each checked) and patterns (``*`` and ``?`` of a shell glob, matched against the namespaces
+    registered in Redis, ``state/namespaces.py``); no repeats."""
     names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
     if len(names) > MAX_SERVED_NAMESPACES:
         raise ConfigurationError(f"{name} names {len(names)} namespaces; at most {MAX_SERVED_NAMESPACES}")
-    return tuple(_checked(check_namespace)(name, n) for n in names)
+    return tuple(n if is_namespace_pattern(n, name) else _checked(check_namespace)(name, n) for n in names)
+
+
+_PATTERN = re.compile(r"[A-Za-z0-9_.*?-]{1,64}")
+
+
+def is_namespace_pattern(entry: str, name: str = "CELERY_HA_NAMESPACES") -> bool:
+    """Whether an entry of CELERY_HA_NAMESPACES is a pattern (``crawl-*``, ``*``) rather than a name;
+    a pattern of other characters than a namespace's and ``*``/``?`` is refused."""
+    if "*" not in entry and "?" not in entry:
+        return False
+    if not _PATTERN.fullmatch(entry):
+        raise ConfigurationError(f"{name}: pattern {entry!r} may hold only letters, digits, '_', '.', "
+                                 "'-' and the wildcards '*' and '?'")
+    return True
+
+
+def namespace_names(entries: tuple[str, ...]) -> tuple[str, ...]:
+    """The names among CELERY_HA_NAMESPACES's entries (not the patterns)."""
+    return tuple(e for e in entries if "*" not in e and "?" not in e)
+
+
+def namespace_patterns(entries: tuple[str, ...]) -> tuple[str, ...]:
+    """The patterns among CELERY_HA_NAMESPACES's entries."""
+    return tuple(e for e in entries if "*" in e or "?" in e)
+
+
+def matches_namespace_pattern(namespace: str, patterns: tuple[str, ...]) -> bool:
+    """Whether ``namespace`` matches one of ``patterns`` (case-sensitive, as Redis keys are)."""
+    return any(fnmatchcase(namespace, p) for p in patterns)
 
 
 def _basic_auth(name: str, text: str) -> str:
@@ -175,6 +207,7 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "broker_url": ("CELERY_BROKER_URL", _text),
     "namespace": ("CELERY_HA_NAMESPACE", _checked(check_namespace)),
     "namespaces": ("CELERY_HA_NAMESPACES", parse_namespaces),
+    "discovery_interval": ("CELERY_HA_DISCOVERY_INTERVAL", _number(float, 0.1, 3600)),
     "lease_ttl": ("CELERY_HA_LEASE_TTL", _number(float, 1, 86400)),
     "heartbeat_interval": ("CELERY_HA_HEARTBEAT_INTERVAL", _number(float, 0.05, 3600)),
     "reclaim_interval": ("CELERY_HA_RECLAIM_INTERVAL", _number(float, 0.1, 3600)),
@@ -231,11 +264,16 @@ class Settings:
     embedded: bool = False
     broker_url: str | None = None  # CELERY_BROKER_URL; None = the same Redis as the state layer
     namespace: str = "default"  # CELERY_HA_NAMESPACE
-    # CELERY_HA_NAMESPACES, "shop,news": the namespaces one worker or beat serves (its broker queues,
-    # leases, sweeps and pumps of each); empty = the one of CELERY_HA_NAMESPACE. When set, the process's
-    # own namespace (the CLI's, pump_now's) is CELERY_HA_NAMESPACE if given, which must be listed, else
-    # the first listed.
+    # CELERY_HA_NAMESPACES, "shop,news" or "crawl-*": the namespaces one worker or beat serves (its
+    # broker queues, leases, sweeps and pumps of each); a pattern serves every namespace registered in
+    # Redis that matches it (found every CELERY_HA_DISCOVERY_INTERVAL); empty = the one of
+    # CELERY_HA_NAMESPACE. When set, the process's own namespace (the CLI's, pump_now's) is
+    # CELERY_HA_NAMESPACE if given, which must be listed or matched, else the first name listed (with
+    # patterns only: CELERY_HA_NAMESPACE, default "default", served as well).
     namespaces: tuple[str, ...] = ()
+    # CELERY_HA_DISCOVERY_INTERVAL, seconds: how often a process of namespace patterns looks for new
+    # matching namespaces (a worker starts consuming their queues, beat's jobs reach them)
+    discovery_interval: float = 10.0
     lease_ttl: float = 30.0  # CELERY_HA_LEASE_TTL, seconds
     heartbeat_interval: float = 5.0  # CELERY_HA_HEARTBEAT_INTERVAL, seconds
     reclaim_interval: float = 10.0  # CELERY_HA_RECLAIM_INTERVAL, seconds
@@ -306,8 +344,20 @@ class Settings:
 
     @property
     def served_namespaces(self) -> tuple[str, ...]:
-        """Every namespace a worker or beat of these settings serves, its own first."""
-        return (self.namespace, *(ns for ns in self.namespaces if ns != self.namespace))
+        """Every namespace named for a worker or beat of these settings, its own first (a pattern's
+        matches are found in Redis: ``integration/core/services.py`` ``served``)."""
+        return (self.namespace, *(ns for ns in namespace_names(self.namespaces) if ns != self.namespace))
+
+    @property
+    def namespace_patterns(self) -> tuple[str, ...]:
+        """The patterns of CELERY_HA_NAMESPACES (``crawl-*``): every registered namespace that matches
+        one is served as well."""
+        return namespace_patterns(self.namespaces)
+
+    def serves(self, namespace: str) -> bool:
+        """Whether a worker or beat of these settings serves ``namespace`` (named, or matched)."""
+        return (namespace in self.served_namespaces
+                or matches_namespace_pattern(namespace, self.namespace_patterns))
 
     @property
     def host_gate(self) -> bool:
@@ -351,8 +401,8 @@ class Settings:
             text = raw_setting(var, env, django)
             if text is not None:
                 values[f.name] = parse(var, text.strip())
-        if values.get("namespaces") and "namespace" not in values:
-            values["namespace"] = values["namespaces"][0]
+        if namespace_names(values.get("namespaces", ())) and "namespace" not in values:
+            values["namespace"] = namespace_names(values["namespaces"])[0]
         settings = cls(**values)
         settings.validate()
         return settings
@@ -397,7 +447,9 @@ class Settings:
 
     def validate(self) -> None:
         """Cross-field checks (each knob alone was checked while parsing)."""
-        if self.namespaces and self.namespace not in self.namespaces:
+        names = namespace_names(self.namespaces)
+        if names and self.namespace not in names and not matches_namespace_pattern(
+                self.namespace, self.namespace_patterns):
             raise ConfigurationError(
                 f"CELERY_HA_NAMESPACE={self.namespace} is not one of CELERY_HA_NAMESPACES "
                 f"({','.join(self.namespaces)}): list it there, or leave CELERY_HA_NAMESPACE unset "

@@ -127,6 +127,8 @@ def celery_settings(settings: Settings) -> CelerySettings:
         crawl_ns, maintenance_ns = broker_queue(ns, CRAWL), broker_queue(ns, MAINTENANCE)
         queues += (Queue(crawl_ns, routing_key=crawl_ns), Queue(maintenance_ns, routing_key=maintenance_ns))
         beat.update(_beat_entries(settings, maintenance_ns, "" if ns == settings.namespace else f"@{ns}"))
+    for pattern in settings.namespace_patterns:  # the matches change while beat runs: a worker fans out
+        beat.update(_fan_out_entries(_beat_entries(settings, maintenance, f"@{pattern}")))
     routes = {"celery_ha.maintenance.*": {"queue": maintenance, "routing_key": maintenance}}
     extra = tuple(m.strip() for m in settings.extra_imports.split(",") if m.strip())
     limit = settings.task_time_limit
@@ -149,6 +151,14 @@ def _beat_entries(settings: Settings, queue: str, suffix: str) -> dict[str, dict
         f"celery-ha-proxy-health{suffix}": {"task": "celery_ha.maintenance.proxy_health", "schedule": 60.0,
                                             "options": {**options}},
     }
+
+
+def _fan_out_entries(entries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Beat entries of a namespace pattern: each sends ``celery_ha.maintenance.fan_out`` with its job's
+    name to the process's own maintenance queue, and the worker that takes it sends the job to the
+    maintenance queue of every namespace the pattern matches now (``tasks/maintenance.py``)."""
+    return {name: {**entry, "task": "celery_ha.maintenance.fan_out",
+                   "args": [entry["task"].rsplit(".", 1)[1]]} for name, entry in entries.items()}
 
 
 class DurableTimeLimits:

@@ -10,13 +10,20 @@ import click
 
 from celery_ha.base.errors import ConfigurationError, InvalidInput
 from celery_ha.base.masking import mask_url
-from celery_ha.base.settings import Settings, parse_namespaces
+from celery_ha.base.settings import (
+    MAX_SERVED_NAMESPACES,
+    Settings,
+    namespace_names,
+    namespace_patterns,
+    parse_namespaces,
+)
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.monitoring.auth import BasicAuth
 from celery_ha.monitoring.broker_depth import broker_reader
 from celery_ha.monitoring.collector import Source
 from celery_ha.monitoring.dashboard import Reader
 from celery_ha.monitoring.server import WebApp, WebServer, is_loopback
+from celery_ha.state.namespaces import matching, registered
 
 
 def _auth_option(_ctx: click.Context, _param: Any, value: str | None) -> BasicAuth | None:
@@ -61,7 +68,8 @@ def _stop(_signum: int, _frame: FrameType | None) -> None:
                            "else the -n namespace",
               help="Serve several namespaces of this Redis: /metrics holds all of them (label "
                    "namespace), the dashboard and the API show one each with ?namespace=NS (the first "
-                   "by default).")
+                   "by default). A pattern ('crawl-*', '*') serves every registered namespace it "
+                   "matches, also those that appear later.")
 @pass_cli
 def command(obj: CLIContext, host: str, port: int, auth: BasicAuth | None, queues: tuple[str, ...],
             namespaces: tuple[str, ...]) -> None:
@@ -76,20 +84,37 @@ def command(obj: CLIContext, host: str, port: int, auth: BasicAuth | None, queue
 
     client = obj.client  # an unreachable Redis is one clear line now, not a 503 later
     settings = obj.settings
-    served = namespaces or (obj.namespace,)
-    readers = [Reader(client, TaskQueue.for_settings(client, settings, ns), ProxyPool(client, ns),
-                      worker_max_age=settings.lease_ttl) for ns in served]
-    sources = [Source(client, ns, settings.lease_ttl,
-                      broker_reader(settings, obj.redis_url, client, ns, queues)) for ns in served]
+    patterns = namespace_patterns(namespaces)
+
+    def serve(ns: str) -> tuple[Reader, Source]:
+        return (Reader(client, TaskQueue.for_settings(client, settings, ns), ProxyPool(client, ns),
+                       worker_max_age=settings.lease_ttl),
+                Source(client, ns, settings.lease_ttl,
+                       broker_reader(settings, obj.redis_url, client, ns, queues)))
+
+    def grow(known: set[str]) -> list[tuple[Reader, Source]]:
+        room = MAX_SERVED_NAMESPACES - len(known)
+        return [serve(ns) for ns in matching(registered(client), patterns, known)[:max(0, room)]]
+
+    names = namespace_names(namespaces)
+    served = [serve(ns) for ns in names]
+    served += grow(set(names)) if patterns else []
+    served = served or [serve(obj.namespace)]  # patterns with no match yet: the -n namespace first
+    readers, sources = [r for r, _ in served], [s for _, s in served]
     source = sources[0]
     try:
-        server = WebServer(WebApp(readers, sources, auth, host), host, port)
+        app = WebApp(readers, sources, auth, host, grow=grow if patterns else None,
+                     grow_every=settings.discovery_interval)
+        server = WebServer(app, host, port)
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     except ValueError as exc:  # e.g. a host that is no address or name
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
     login = f"basic auth, user {auth.user}" if auth else "no auth, read-only"
-    shown = f"namespace {served[0]}" if len(served) == 1 else f"namespaces {', '.join(served)}"
+    shown = f"namespace {readers[0].namespace}" if len(readers) == 1 else \
+        f"namespaces {', '.join(r.namespace for r in readers)}"
+    if patterns:
+        shown += f", and those matching {','.join(patterns)} as they appear"
     click.echo(f"celery-ha web: {server.url} ({login}; {shown}, Redis {mask_url(obj.redis_url)})")
     if source.broker is None:
         click.echo("  the broker is not Redis: celery_ha_broker_messages is left out")

@@ -18,7 +18,9 @@ import ipaddress
 import json
 import logging
 import socket
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
@@ -59,16 +61,44 @@ def is_loopback(host: str) -> bool:
 
 class WebApp:
     """What every request needs: the readers (one per namespace served, the first the default), the
-    metrics registry (every namespace in one scrape), the credentials."""
+    metrics registry (every namespace in one scrape), the credentials.
+
+    ``grow`` (a server of namespace patterns) is asked, at most every ``grow_every`` seconds and at a
+    request, for the readers and sources of namespaces it did not serve yet (given the served ones):
+    a crawl that starts while the server runs appears in /metrics and the dashboard."""
 
     def __init__(self, readers: Reader | Sequence[Reader], sources: Source | Sequence[Source],
-                 auth: BasicAuth | None, host: str) -> None:
+                 auth: BasicAuth | None, host: str,
+                 grow: Callable[[set[str]], list[tuple[Reader, Source]]] | None = None,
+                 grow_every: float = 10.0) -> None:
         listed = [readers] if isinstance(readers, Reader) else list(readers)
         self.readers = {reader.namespace: reader for reader in listed}
         self.auth = auth
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(StateCollector(sources))
+        self.collector = StateCollector(sources)
+        self.registry.register(self.collector)
         self.loopback_only = is_loopback(host)
+        self._grow = grow
+        self._grow_every = grow_every
+        self._grown_at = float("-inf")
+        self._grow_lock = threading.Lock()
+
+    def refresh(self) -> None:
+        """Serve the namespaces ``grow`` finds (rate-limited; a failed look is logged and retried)."""
+        if self._grow is None or time.monotonic() - self._grown_at < self._grow_every:
+            return
+        with self._grow_lock:
+            if time.monotonic() - self._grown_at < self._grow_every:
+                return
+            self._grown_at = time.monotonic()
+            try:
+                added = self._grow(set(self.readers))
+            except redis.RedisError as exc:
+                log.warning("could not look for new namespaces: %s", mask_url(str(exc)))
+                return
+            for reader, source in added:
+                self.readers[reader.namespace] = reader
+                self.collector.sources.append(source)
 
     @property
     def reader(self) -> Reader:
@@ -82,6 +112,7 @@ class WebApp:
 
     def reader_for(self, query: str) -> Reader | None:
         """The reader a request's ``?namespace=`` names (the default without one); None: not served."""
+        self.refresh()
         names = parse_qs(query).get("namespace")
         return self.reader if not names else self.readers.get(names[-1])
 

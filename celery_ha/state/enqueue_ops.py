@@ -30,6 +30,7 @@ from celery_ha.state.enqueue_args import (
 )
 from celery_ha.state.hosts import HostGate
 from celery_ha.state.ids import random_id
+from celery_ha.state.namespaces import register
 from celery_ha.state.operator_ops import expiry_ms
 from celery_ha.state.sharded import by_shard
 from celery_ha.state.url_rules import check_rules, set_rules
@@ -49,6 +50,7 @@ class EnqueueOps:
     dedup_ttl: float | None
     url_rules: UrlRules
     _rules_checked: bool
+    _registered: bool
     _key_mode: str | None
     _key_mode_at: float
     _run: Callable[..., Any]
@@ -93,6 +95,13 @@ class EnqueueOps:
             task or self.default_task, priority, dedup, self.max_attempts, self.max_stalls, self.meta_cap,
             self.shard_count, self.host_gate, capture(), mode, self.url_rules))
 
+    def _register_once(self) -> None:
+        """Put the namespace in the registry of namespaces (``state/namespaces.py``) at this queue's
+        first enqueue, so workers of a pattern find it: one ``SADD`` per queue object."""
+        if not self._registered:
+            register(self.client, self.namespace)
+            self._registered = True
+
     def set_url_rules(self, rules: UrlRules) -> None:
         """Record ``rules`` as the namespace's URL canonicalisation and use them (``state/url_rules.py``)."""
         self.url_rules, self._rules_checked = set_rules(self.client, self.namespace, rules), True
@@ -114,6 +123,8 @@ class EnqueueOps:
         rows = self._rows(specs, task, priority, dedup, mode)
         if not self._rules_checked and any(row[2] == "1" for row in rows):  # before any write
             self._rules_checked = check_rules(self.client, self.namespace, self.url_rules)
+        if rows:
+            self._register_once()
         created: dict[int, bool] = {}
         mode_changes = 0
         for start in range(0, len(rows), batch_size):

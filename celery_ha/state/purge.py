@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import redis
 
+from celery_ha.state.namespaces import forget
 from celery_ha.state.shards import namespace_keys
 
 
@@ -27,6 +28,7 @@ def purge_namespace(client: redis.Redis, namespace: str, batch: int = 500) -> in
                 pending.clear()
         if pending:
             deleted += _unlink(client, pending)
+    forget(client, namespace)  # workers of a pattern stop looking for it
     return deleted
 
 

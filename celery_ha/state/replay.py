@@ -35,6 +35,8 @@ def enqueue_if_absent(queue: TaskQueue, tasks: Iterable[tuple[str, str | Mapping
     everyday API, and it uses the queue's own spec rules and script set.
     """
     rows = replay_rows(tasks, queue)
+    if rows:
+        queue._register_once()
     flags: list[bool] = []
     for at in range(0, len(rows), REPLAY_BATCH):
         batch = rows[at:at + REPLAY_BATCH]

@@ -9,7 +9,8 @@ from typing import Any
 
 from celery import shared_task
 
-from celery_ha.integration.core.services import namespace_of_request, serving
+from celery_ha.integration.core.queues import MAINTENANCE, broker_queue
+from celery_ha.integration.core.services import discovered, namespace_of_request, serving
 from celery_ha.integration.dispatch.pump import pump as pump_window
 from celery_ha.integration.upkeep import maintenance
 
@@ -43,3 +44,21 @@ def proxy_health(self: Any) -> dict[str, Any] | None:
     """Probe proxies that are due, if the proxy pool has proxies and a check URL is set."""
     with serving(namespace_of_request(self.request)) as rt:
         return maintenance.proxy_health(rt)
+
+
+#: The jobs beat's entries of a namespace pattern fan out (``celery_app/config.py``).
+FAN_OUT_JOBS = ("sweep", "dead_letters", "proxy_health")
+
+
+@shared_task(name="celery_ha.maintenance.fan_out", **_OPTS)
+def fan_out(self: Any, job: str) -> int:
+    """Send the maintenance ``job`` to every namespace this worker's patterns match now
+    (``CELERY_HA_NAMESPACES=crawl-*``): beat's schedule is fixed at its start, the namespaces are not.
+    Each runs on its namespace's own maintenance queue, under its own lock. Returns how many."""
+    if job not in FAN_OUT_JOBS:
+        raise ValueError(f"fan_out: unknown maintenance job {job!r}; one of {', '.join(FAN_OUT_JOBS)}")
+    names = discovered(refresh=True)
+    for ns in names:
+        queue = broker_queue(ns, MAINTENANCE)
+        self.app.send_task(f"celery_ha.maintenance.{job}", queue=queue, routing_key=queue)
+    return len(names)

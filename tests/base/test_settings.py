@@ -48,6 +48,23 @@ def test_several_namespaces_the_first_is_the_process_own() -> None:
     assert s.served_namespaces == ("shop", "news")
 
 
+def test_namespace_patterns_serve_the_matches_beside_the_names() -> None:
+    s = Settings.from_env({"CELERY_HA_NAMESPACES": "shop, crawl-*, news-?"})
+    assert (s.namespace, s.served_namespaces) == ("shop", ("shop",))
+    assert s.namespace_patterns == ("crawl-*", "news-?")
+    assert s.serves("shop") and s.serves("crawl-a") and s.serves("news-1")
+    assert not s.serves("news-12") and not s.serves("blog") and not s.serves("Crawl-a")
+    # Patterns only: the process's own namespace is CELERY_HA_NAMESPACE (default "default"), served too.
+    assert Settings.from_env({"CELERY_HA_NAMESPACES": "*"}).served_namespaces == ("default",)
+    s = Settings.from_env({"CELERY_HA_NAMESPACES": "shop,crawl-*", "CELERY_HA_NAMESPACE": "crawl-x"})
+    assert (s.namespace, s.served_namespaces) == ("crawl-x", ("crawl-x", "shop"))
+    with pytest.raises(ConfigurationError, match="NAMESPACE=blog is not one of CELERY_HA_NAMESPACES"):
+        Settings.from_env({"CELERY_HA_NAMESPACES": "shop,crawl-*", "CELERY_HA_NAMESPACE": "blog"})
+    with pytest.raises(ConfigurationError, match=r"CELERY_HA_NAMESPACES: pattern 'crawl/\*' may hold only"):
+        Settings.from_env({"CELERY_HA_NAMESPACES": "crawl/*"})
+    assert Settings.from_env({"CELERY_HA_DISCOVERY_INTERVAL": "0.5"}).discovery_interval == 0.5
+
+
 def test_django_settings_are_the_fallback() -> None:
     pytest.importorskip("django")
     code = (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from celery_ha.state.sink import count_items
@@ -90,3 +92,40 @@ def test_a_namespace_with_a_large_backlog_does_not_starve_a_small_one_on_a_share
     big_done = sum(info.state == "completed" for info in big.q.get_many(big_ids))
     assert big_done <= 95, f"{big_done} of 190 tasks of the large crawl ran before the small crawl's 10"
     wait_for(lambda: big.q.stats()["completed"] == 190, timeout=120, message="the large crawl finished")
+
+
+def test_a_worker_and_a_beat_of_a_pattern_serve_a_namespace_that_appears_while_they_run(make_cluster, site):
+    """CELERY_HA_NAMESPACES=<prefix>-*: the worker serves its own namespace from the start and, within
+    CELERY_HA_DISCOVERY_INTERVAL of a new crawl's first enqueue, consumes that crawl's queues, fills its
+    window (no pump from outside), registers its children there; beat's fan-out sweeps it (an abandoned
+    lease there is reclaimed and its task runs again). A namespace the pattern does not match is left
+    alone."""
+    prefix = f"p{uuid.uuid4().hex[:8]}"
+    common = {"CELERY_HA_WINDOW": "4", "CELERY_HA_REDISPATCH_AFTER": "60"}
+    a = make_cluster(namespace=f"{prefix}-a", **common)
+    b = make_cluster(broker_of=a, namespace=f"{prefix}-b", **common)
+    other = make_cluster(broker_of=a, namespace=f"q{prefix}-c", **common)
+    pattern = {"CELERY_HA_NAMESPACES": f"{prefix}-*", "CELERY_HA_DISCOVERY_INTERVAL": "0.5"}
+    ids_a = a.q.enqueue_many([site.case_url(n) for n in range(0, 10)])
+    other.q.enqueue_many([site.case_url(n) for n in range(40, 43)])
+    other.pump()
+    worker = a.worker("pattern", concurrency=2, **pattern)
+    schedule = str(a.tmp / "beat-pattern-schedule")
+    beat = a._spawn(["beat", "-s", schedule, "-l", "info"], "beat-pattern", pattern)
+    wait_for(lambda: a.all_completed(ids_a), timeout=40, message="the worker's own namespace drained")
+
+    ids_b = b.q.enqueue_many([site.case_url(n) for n in range(10, 22)])  # the new crawl's first enqueue
+    orphan = b.q.enqueue(site.case_url(32), priority=9)
+    assert b.q.claim(orphan, "gone@elsewhere:1") is not None  # only b's sweep frees it
+    wait_for(lambda: b.all_completed([*ids_b, orphan]), timeout=60, message="the new namespace drained")
+    assert count_items(a.r, a.namespace) == 10 and count_items(b.r, b.namespace) == 13
+    assert b.q.get(orphan).stalls == 1  # reclaimed when its lease expired
+    wait_for(lambda: (b.r.hget(b.q.keys.meta, "last_sweep_by") or "").startswith("beat:"), timeout=20,
+             message="beat's fan-out swept the new namespace")
+    assert len(b.children(worker.node)) >= 2  # the pool children registered there too
+    waiting = sum(other.broker.llen(k) for k in other.broker.keys(other.crawl_queue + "*"))  # priority lists
+    assert other.q.stats()["completed"] == 0 and waiting == 3 and count_items(other.r, other.namespace) == 0
+    log = a.log_text(worker)
+    assert f"serving namespace '{prefix}-b'" in log, log[-3000:]
+    assert "dropped" not in log and "not served" not in log and f"q{prefix}-c" not in log, log[-3000:]
+    assert beat.poll() is None

@@ -40,6 +40,7 @@ from celery_ha.proxy import ProxyPool
 from celery_ha.redisio.client import redis_client
 from celery_ha.redisio.lock import short_lock
 from celery_ha.state import TaskQueue
+from celery_ha.state.namespaces import forget
 from celery_ha.state.sink import count_items, iter_items
 from celery_ha.state.worker_registry import heartbeat, list_workers
 from tests.support.fake_queues import fake_amqp
@@ -289,6 +290,18 @@ def test_a_worker_of_several_namespaces_consumes_and_schedules_each() -> None:
                     "celery-ha-proxy-health": "shop.maintenance", "celery-ha-sweep@news": "news.maintenance",
                     "celery-ha-dead-letters@news": "news.maintenance",
                     "celery-ha-proxy-health@news": "news.maintenance"}
+    code = ("import celery_ha, json; c = celery_ha.app.conf; "
+            "print(json.dumps([sorted(q.name for q in c.task_queues), "
+            "{k: [e['task'], e.get('args'), e['options']['queue']] for k, e in c.beat_schedule.items()}]))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env=_celery_env(CELERY_HA_NAMESPACES="shop,crawl-*",
+                                         CELERY_BROKER_URL="redis://127.0.0.1:2/3"))
+    assert out.returncode == 0, out.stderr
+    queues, beat = json.loads(out.stdout)
+    assert queues == ["shop.crawl", "shop.maintenance"]  # a pattern's matches are added while it runs
+    assert beat["celery-ha-sweep@crawl-*"] == ["celery_ha.maintenance.fan_out", ["sweep"], "shop.maintenance"]
+    assert beat["celery-ha-dead-letters@crawl-*"][1] == ["dead_letters"]
+    assert beat["celery-ha-proxy-health@crawl-*"][1] == ["proxy_health"]
 
 
 def test_services_of_each_served_namespace_share_one_client(rt: Runtime) -> None:
@@ -314,6 +327,33 @@ def test_services_of_each_served_namespace_share_one_client(rt: Runtime) -> None
     assert svc.services().settings.namespace == "unit"
     with pytest.raises(ConfigurationError, match="not served"):
         svc.services("blog")
+
+
+def test_a_pattern_serves_the_registered_namespaces_it_matches(rt: Runtime) -> None:
+    """CELERY_HA_NAMESPACES=unit,crawl-*: a message of a matching namespace is served at once (its
+    routing key), ``served()`` adds the registered matches (read at most every discovery interval,
+    sticky), a namespace the pattern does not match is refused."""
+    svc.reset_services()
+    settings = dataclasses.replace(rt.settings, namespaces=("unit", "crawl-*"), discovery_interval=3600.0)
+    svc._services.set(dataclasses.replace(rt, settings=settings))
+    assert svc.namespace_of_queue("crawl-a.crawl") == "crawl-a"
+    assert svc.namespace_of_queue("crawl-a.b.maintenance") == "crawl-a.b"  # the longest matching prefix
+    assert svc.namespace_of_queue("blog.crawl") is None
+    assert svc.services("crawl-z").queue.namespace == "crawl-z"
+    with pytest.raises(ConfigurationError, match="not served"):
+        svc.services("blog")
+    client = svc.services().client
+    assert [s.settings.namespace for s in svc.served()] == ["unit"]  # the first look: nothing matches
+    TaskQueue(client, "crawl-b").enqueue("https://b.test/")
+    TaskQueue(client, "blog").enqueue("https://blog.test/")
+    assert [s.settings.namespace for s in svc.served()] == ["unit"]  # within the interval
+    svc._found.reset()  # as in a freshly forked pool child
+    assert [s.settings.namespace for s in svc.served()] == ["unit", "crawl-b"]
+    TaskQueue(client, "crawl-c").enqueue("https://c.test/")
+    assert svc.discovered() == ["crawl-b"]  # within the interval: the last answer
+    assert svc.discovered(refresh=True) == ["crawl-b", "crawl-c"]
+    forget(client, "crawl-b")
+    assert svc.discovered(refresh=True) == ["crawl-b", "crawl-c"]  # still served until the worker stops
 
 
 def test_proxy_health_hook_is_skipped_without_url_or_proxies(rt: Runtime) -> None:

@@ -8,6 +8,7 @@ import pytest
 from celery_ha.state import TaskQueue
 from tests.monitoring.webproc import samples, value, web_process
 from tests.support.cli import assert_one_line_error, run
+from tests.support.polling import wait_until
 
 
 @pytest.fixture
@@ -58,9 +59,34 @@ def test_the_setting_names_them_and_without_it_the_one_namespace_is_served(
         assert "namespaces" not in web.get("/healthz").json()  # the document of one namespace
 
 
+def test_a_pattern_serves_the_matching_namespaces_also_those_that_appear_later(redis_url: str) -> None:
+    """``--namespaces 'crawl-*'``: the registered namespaces that match at start, then a crawl whose
+    first enqueue comes while the server runs; never a namespace the pattern does not match."""
+    TaskQueue.from_url(redis_url, "crawl-a").enqueue_many(["https://a.test/1", "https://a.test/2"])
+    TaskQueue.from_url(redis_url, "blog").enqueue("https://blog.test/")
+    with web_process(redis_url, "ignored", "--namespaces", "crawl-*",
+                     env={"CELERY_HA_DISCOVERY_INTERVAL": "0.2"}) as web:
+        assert "namespace crawl-a, and those matching crawl-* as they appear" in "".join(web.output)
+        page = samples(web.get("/metrics").text)
+        assert value(page, "celery_ha_tasks", namespace="crawl-a", state="queued") == 2
+        assert not [key for key in page if {("namespace", "blog"), ("namespace", "ignored")} & set(key[1])]
+        TaskQueue.from_url(redis_url, "crawl-b").enqueue_many([f"https://b.test/{i}" for i in range(3)])
+
+        def crawl_b_queued() -> float | None:
+            return samples(web.get("/metrics").text).get(
+                ("celery_ha_tasks", (("namespace", "crawl-b"), ("state", "queued"))))
+
+        wait_until(lambda: crawl_b_queued() == 3, 10, what="crawl-b in /metrics")
+        assert web.get("/api/stats?namespace=crawl-b").json()["queued"] == 3
+        assert web.get("/api/stats").json()["namespace"] == "crawl-a"  # the first served stays the default
+        assert web.get("/healthz").json()["namespaces"] == ["crawl-a", "crawl-b"]
+        assert web.get("/api/stats?namespace=blog").status == 404
+
+
 @pytest.mark.parametrize("names, says", [
     ("shop,bad ns", "--namespaces"),
     (",".join(f"n{i}" for i in range(65)), "at most 64"),
+    ("crawl/*", "pattern"),
 ])
 def test_bad_namespaces_are_one_line_errors(redis_url: str, names: str, says: str) -> None:
     result = run(["--redis-url", redis_url, "web", "--namespaces", names])

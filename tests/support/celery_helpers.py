@@ -45,9 +45,10 @@ class Cluster:
     ``broker_of``, the broker database of another cluster: two namespaces on one broker)."""
 
     def __init__(self, redis_base_url: str, tmp: Path, broker_of: Cluster | None = None,
-                 state_url: str | None = None, broker_url: str | None = None, **env: Any) -> None:
+                 state_url: str | None = None, broker_url: str | None = None, namespace: str | None = None,
+                 **env: Any) -> None:
         base = redis_base_url.rsplit("/", 1)[0]
-        self.namespace = f"t{uuid.uuid4().hex[:10]}"
+        self.namespace = namespace or f"t{uuid.uuid4().hex[:10]}"
         self.state_url = state_url or f"{base}/0"
         self.broker_url = broker_url or (broker_of.broker_url if broker_of else f"{base}/{next(_broker_dbs)}")
         self.tmp = tmp

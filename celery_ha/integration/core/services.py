@@ -10,14 +10,22 @@ Redis client. :func:`services` with no argument returns the namespace this threa
 :func:`serving` around a task's run or a maintenance job), else the process's own namespace (the
 first served); :func:`served` returns every one. A message tells its namespace by the broker queue
 it came from (``<namespace>.crawl``, ``<namespace>.maintenance``): :func:`namespace_of_queue`.
+
+A pattern among them (``CELERY_HA_NAMESPACES=crawl-*``) serves every namespace of the registry
+(``state/namespaces.py``) that matches it: :func:`discovered` reads the registry at most every
+``CELERY_HA_DISCOVERY_INTERVAL`` seconds, in each process (the worker's main process, to consume the
+new namespace's queues: ``integration/worker/discovery.py``; a pool child, to renew and register
+there). A message of a matching namespace is served even before its process has looked.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
@@ -25,10 +33,13 @@ import redis
 
 from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.per_process import PerProcess
-from celery_ha.base.settings import Settings
+from celery_ha.base.settings import MAX_SERVED_NAMESPACES, Settings, matches_namespace_pattern
 from celery_ha.redisio.client import redis_client
 from celery_ha.runtime.resolve import resolve_redis_url
 from celery_ha.state import TaskQueue
+from celery_ha.state.namespaces import matching, registered
+
+log = logging.getLogger(__name__)
 
 _node: list[str] = []
 #: The settings ``init_app`` configured this process with (None: the environment's).
@@ -118,9 +129,10 @@ def services(namespace: str | None = None) -> Services:
     others, lock = _others.get()
     rt = others.get(namespace)
     if rt is None:
-        if namespace not in own.settings.served_namespaces:
+        if not own.settings.serves(namespace):
+            listed = ", ".join(own.settings.namespaces or own.settings.served_namespaces)
             raise ConfigurationError(f"namespace {namespace!r} is not served by this process "
-                                     f"(CELERY_HA_NAMESPACES: {', '.join(own.settings.served_namespaces)})")
+                                     f"(CELERY_HA_NAMESPACES: {listed})")
         with lock:
             rt = others.get(namespace)
             if rt is None:
@@ -131,6 +143,50 @@ def services(namespace: str | None = None) -> Services:
     return rt
 
 
+class _Found:
+    """The namespaces this process's patterns matched so far (sticky: a worker keeps serving what it
+    started serving), when it last looked, and the lock of a look."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.at = float("-inf")
+        self.warned = False
+        self.lock = threading.Lock()
+
+
+_found: PerProcess[_Found] = PerProcess(_Found)
+
+
+def discovered(refresh: bool = False) -> list[str]:
+    """The registered namespaces this process serves through its patterns (``CELERY_HA_NAMESPACES=
+    crawl-*``) beside the ones it names, sorted; read from Redis at most every
+    ``CELERY_HA_DISCOVERY_INTERVAL`` seconds (``refresh``: now). At most 64 served in all: a warning
+    says how many matches are left out. Redis unreachable: the last answer."""
+    own = _services.get()
+    patterns = own.settings.namespace_patterns
+    if not patterns:
+        return []
+    found = _found.get()
+    if not refresh and time.monotonic() - found.at < own.settings.discovery_interval:
+        return found.names
+    with found.lock:
+        try:
+            names = registered(own.client)
+        except redis.RedisError as exc:
+            log.warning("could not read the registry of namespaces: %s", exc)
+            return found.names
+        found.at = time.monotonic()
+        new = matching(names, patterns, known=(*own.settings.served_namespaces, *found.names))
+        room = MAX_SERVED_NAMESPACES - len(own.settings.served_namespaces) - len(found.names)
+        if len(new) > room and not found.warned:
+            found.warned = True
+            log.warning("CELERY_HA_NAMESPACES: %d more namespace(s) match %s than one process serves "
+                        "(%d); serving %s", len(new) - max(0, room), ",".join(patterns),
+                        MAX_SERVED_NAMESPACES, ", ".join(new[:max(0, room)]) or "none of them")
+        found.names = sorted([*found.names, *new[:max(0, room)]])
+    return found.names
+
+
 def own_services() -> Services:
     """The services of the process's own namespace, whatever this thread serves: for per-process
     machinery (lease keeper, watchdog) that then covers every served namespace itself."""
@@ -138,8 +194,9 @@ def own_services() -> Services:
 
 
 def served() -> list[Services]:
-    """The services of every namespace this process serves, its own first."""
-    return [services(ns) for ns in _services.get().settings.served_namespaces]
+    """The services of every namespace this process serves, its own first, then those it names,
+    then those its patterns matched (:func:`discovered`)."""
+    return [services(ns) for ns in (*_services.get().settings.served_namespaces, *discovered())]
 
 
 @contextlib.contextmanager
@@ -161,10 +218,15 @@ def namespace_of_queue(queue: str | None) -> str | None:
     says which namespace it belongs to."""
     if not queue:
         return None
+    settings = _services.get().settings
     found = None
-    for ns in _services.get().settings.served_namespaces:
+    for ns in settings.served_namespaces:
         if queue.startswith(ns + ".") and (found is None or len(ns) > len(found)):
             found = ns
+    if found is None and settings.namespace_patterns:  # the longest prefix a pattern matches
+        for at in range(len(queue) - 1, 0, -1):
+            if queue[at] == "." and matches_namespace_pattern(queue[:at], settings.namespace_patterns):
+                return queue[:at]
     return found
 
 
@@ -179,4 +241,5 @@ def reset_services() -> None:
     """Forget the cached services and configuration (tests that change the environment)."""
     _services.reset()
     _others.reset()
+    _found.reset()
     _configured.clear()

@@ -13,7 +13,8 @@ could not do.
 - ``worker_process_init`` (pool child): start the lease keeper, registering the child at once.
 - ``worker_process_shutdown`` (pool child): send the refill messages still queued, stop the lease
   keeper (no heartbeat after this), leave the worker registry.
-- ``worker_ready``: register the task names this node runs; fill the window at once.
+- ``worker_ready``: register the task names this node runs; fill the window at once (a namespace a
+  pattern matches later gets the same from the consumer step ``discovery.NamespaceDiscovery``).
 - ``task_failure``: fast failover when a pool child died.
 - ``task_unknown``: a message for a task name this worker does not know counts a failed attempt.
 - ``worker_shutting_down`` / ``worker_shutdown``: graceful shutdown.
@@ -33,19 +34,17 @@ from celery._state import get_current_app
 
 from celery_ha.base import tracing
 from celery_ha.integration.core.services import namespace_of_queue, served, services, set_node
-from celery_ha.integration.core.task_spec import REGISTRY
-from celery_ha.integration.dispatch.pump import pump_quietly
 from celery_ha.integration.dispatch.sender import flush_sends
 from celery_ha.integration.patches.child_reaper import FastChildReaper
 from celery_ha.integration.running.celery_outcome import quiet_reject_tracebacks
 from celery_ha.integration.running.lease_keeper import keeper, stop_keeper
-from celery_ha.integration.upkeep.broker_epoch import broker_lost_messages
+from celery_ha.integration.worker.discovery import NamespaceDiscovery, namespace_ready
 from celery_ha.integration.worker.failover import on_child_lost
 from celery_ha.integration.worker.shutdown import GracefulShutdown
 from celery_ha.integration.worker.startup_report import StartupReport
 from celery_ha.integration.worker.unknown_tasks import on_unknown_task
 from celery_ha.redisio.memory_policy import eviction_policy, eviction_warning
-from celery_ha.state.worker_registry import register_task_names, unregister
+from celery_ha.state.worker_registry import unregister
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +93,7 @@ class WorkerHooks:
         """Connect every hook to the app's signals and add the fast child reaper bootstep."""
         self.app.steps["worker"].add(FastChildReaper)
         self.app.steps["worker"].add(StartupReport)  # after the reaper: the patches' line
+        self.app.steps["consumer"].add(NamespaceDiscovery)  # CELERY_HA_NAMESPACES patterns
         for signal, hook in (
             (signals.celeryd_init, self.celeryd_init),
             (signals.beat_init, self.beat_init),
@@ -150,21 +150,7 @@ class WorkerHooks:
 
     def worker_ready(self, **_: Any) -> None:
         for rt in served():  # each namespace this worker serves (CELERY_HA_NAMESPACES)
-            self._ready(rt)
-
-    def _ready(self, rt: Any) -> None:
-        try:
-            # What this node can run, so `celery-ha enqueue` can refuse a misspelt task name.
-            register_task_names(rt.client, rt.settings.namespace, rt.node, list(REGISTRY))
-            # Plants the broker marker before any message of this worker's era can be lost, and
-            # re-sends at once what a broker that came back empty while no worker ran has lost.
-            lost = broker_lost_messages(self.app, rt)
-            if lost:
-                log.warning("the broker lost the messages of %r (restarted empty?): re-sending dispatched "
-                            "tasks", rt.settings.namespace)
-            pump_quietly(self.app, rt, redispatch_after=0 if lost else None)
-        except Exception as exc:  # one namespace's trouble never keeps the others from starting
-            log.warning("celery-ha could not get namespace %r ready: %s", rt.settings.namespace, exc)
+            namespace_ready(self.app, rt)
 
     def task_failure(self, sender: Any = None, exception: BaseException | None = None, args: Any = None,
                      **_: Any) -> None:

@@ -56,13 +56,25 @@ def commandstats(binary: str, kind: str, tasks: int, concurrency: int, systems: 
             try:
                 bench.round(system, kind, tasks)  # warm-up
                 r.config_resetstat()
+                cpu0 = r.info("cpu")
                 row = bench.round(system, kind, tasks)
+                cpu1, traffic, clients = r.info("cpu"), r.info("stats"), r.info("clients")
             finally:
                 bench.stop(proc)
             stats = r.info("commandstats")
             total = sum(v["usec"] for v in stats.values())
             print(f"== {system} {kind} -c {concurrency}: Redis CPU {row['cpu_ms_redis']:.3f} ms per task, "
                   f"command time {total / tasks:.1f} µs per task", flush=True)
+            # Outside the commands: the event loop's reads and writes (a read event is one read(2) and
+            # the parse of what it brought), the bytes, and user against kernel CPU.
+            user = (cpu1["used_cpu_user_main_thread"] - cpu0["used_cpu_user_main_thread"]) * 1e6 / tasks
+            kernel = (cpu1["used_cpu_sys_main_thread"] - cpu0["used_cpu_sys_main_thread"]) * 1e6 / tasks
+            print(f"  main thread µs/task: user {user:.1f}, kernel {kernel:.1f}; read events/task "
+                  f"{traffic['total_reads_processed'] / tasks:.2f}, write events/task "
+                  f"{traffic['total_writes_processed'] / tasks:.2f}; bytes in/task "
+                  f"{traffic['total_net_input_bytes'] / tasks:.0f}, out/task "
+                  f"{traffic['total_net_output_bytes'] / tasks:.0f}; clients {clients['connected_clients']}, "
+                  f"blocked {clients['blocked_clients']}", flush=True)
             for name, v in sorted(stats.items(), key=lambda kv: -kv[1]["usec"])[:16]:
                 print(f"  {name.removeprefix('cmdstat_'):20s} calls/task {v['calls'] / tasks:6.2f}  "
                       f"µs/task {v['usec'] / tasks:7.1f}  µs/call {v['usec_per_call']:.1f}")

@@ -3,7 +3,9 @@
 Celery's own cost per message (about three broker round trips, three task events and a hand-off to
 the pool) dominates tiny tasks. A batch pays it once for up to N ids; the pool child runs them one
 by one, each claimed, fenced, renewed, checkpointed and completed on its own, and refills the window
-once, with the last id (in its completion's script, or a pump). Nothing of a batch is stranded:
+once, with the last id (in its completion's script, or a pump). A completion claims the next id in
+the same script (``complete_claim.lua``), so each task of a batch costs one script, not two. Nothing
+of a batch is stranded:
 
 * the ids a child did not reach when it stopped (SIGTERM of a graceful shutdown) are sent again at
   once in a new message, before the child returns;
@@ -26,6 +28,7 @@ from celery_ha.integration.core.task_spec import DurableTask
 from celery_ha.integration.dispatch.pump import pump_quietly, resend_waiting
 from celery_ha.integration.running.graceful_stop import stop_handler
 from celery_ha.integration.running.runner import Outcome, run_message
+from celery_ha.state import Lease
 
 log = logging.getLogger(__name__)
 
@@ -36,20 +39,36 @@ def run_batch(spec: DurableTask, celery_task: Any, task_ids: list[str]) -> list[
     stop = stop_handler()
     rt = services()
     last = len(task_ids) - 1
+    claimed: Lease | None = None  # the next id's lease, taken by the previous completion's script
     with stop.holding_lease():  # a SIGTERM between two ids is noted too: the rest is handed on below
         for position, task_id in enumerate(task_ids):
             if stop.stop_requested:
+                if claimed is not None:  # claimed, not started: back to queued before it is re-sent
+                    _release_unstarted(rt, claimed)
                 left = task_ids[position:]
                 sent = resend_waiting(celery_task.app, rt, left)
                 log.warning("batch stopped before %d task(s): %d sent again", len(left), sent)
                 pump_quietly(celery_task.app, rt)
                 break
-            # The last id refills the window (in its completion's script when it completes).
-            outcome = run_message(spec, celery_task, task_id, refill=position == last)
+            # The last id refills the window (in its completion's script when it completes); every
+            # other id's completion claims the next id in the same script.
+            outcome = run_message(spec, celery_task, task_id, refill=position == last, lease=claimed,
+                                  then_claim=None if position == last else task_ids[position + 1])
+            claimed = outcome.next_lease
             outcomes.append(outcome)
             if position == last and outcome.kind == "dropped":
                 pump_quietly(celery_task.app, rt)  # a dropped id refills nothing; the batch still does
     return outcomes
+
+
+def _release_unstarted(rt: Any, lease: Lease) -> None:
+    """Hand back a task the batch claimed but never started (a stop came first), uncounted; if that
+    fails, its lease expires and the sweep reclaims it."""
+    try:
+        rt.queue.release(lease.task_id, token=lease.token, worker=rt.worker_name, count_stall=False,
+                         reason="worker shutting down before it started")
+    except Exception as exc:
+        log.warning("could not hand back task %s (%s): its lease will expire", lease.task_id, exc)
 
 
 def summary(outcomes: list[Outcome], total: int) -> str:

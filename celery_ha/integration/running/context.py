@@ -254,6 +254,23 @@ class DurableContext:
             push_refused(done.push_error)
         return done.to_send
 
+    def _complete_and_claim(self, next_id: str) -> Lease | None:
+        """Write the buffered children, then store the buffered items, complete the task and claim
+        the batch's next task ``next_id`` for this process in one fenced script. Returns its lease,
+        None when it is not claimable (its message is then dropped, as a refused claim's)."""
+        self._flush_children()
+        try:
+            added, nxt = self._rt.queue.complete_and_claim_id(self.lease, next_id, self._rt.worker_name,
+                                                              self._items)
+        except LeaseLost as exc:
+            self.mark_lost(str(exc))
+            raise
+        self.committed += added
+        self._items = []
+        if self._page is not None:  # only now: a validator must not outlive uncommitted items
+            self._page.remember()
+        return nxt
+
     def _commit(self, checkpoint: dict[str, Any] | None) -> None:
         self._flush_children()
         if not self._items and checkpoint is None:

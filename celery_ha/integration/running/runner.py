@@ -24,7 +24,7 @@ import contextlib
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis
@@ -42,7 +42,7 @@ from celery_ha.integration.running.context import DurableContext
 from celery_ha.integration.running.graceful_stop import stop_handler
 from celery_ha.integration.running.infrastructure import is_infrastructure_error, with_patience
 from celery_ha.integration.running.lease_keeper import keeper
-from celery_ha.state import Dispatched
+from celery_ha.state import Dispatched, Lease
 
 log = logging.getLogger(__name__)
 
@@ -64,16 +64,36 @@ class Outcome:
     url: str = ""
     detail: str = ""
     due_at: float | None = None  # retry due time, Redis clock (epoch seconds)
+    # The next task of a batch, claimed by this task's completion script (``then_claim``), or None.
+    next_lease: Lease | None = field(default=None, repr=False, compare=False)
 
 
-def run_message(spec: DurableTask, celery_task: Any, task_id: str, *, refill: bool = True) -> Outcome:
+def run_message(spec: DurableTask, celery_task: Any, task_id: str, *, refill: bool = True,
+                lease: Lease | None = None, then_claim: str | None = None) -> Outcome:
     """Execute durable task ``task_id`` for one Celery message; returns the outcome. ``refill``
-    refills the window afterwards (a batch refills once, after its last task)."""
+    refills the window afterwards (a batch refills once, after its last task). A batch hands in the
+    ``lease`` the previous task's completion claimed, and names the task after this one
+    (``then_claim``): a completion without refill then claims it in the same script, and the
+    outcome carries its lease (``next_lease``)."""
     with stop_handler().holding_lease():
-        return _run_message(spec, celery_task, task_id, refill)
+        return _run_message(spec, celery_task, task_id, refill, lease, then_claim)
 
 
-def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool) -> Outcome:
+def _claim(rt: Services, task_id: str) -> Lease | None:
+    """Claim ``task_id`` for this process, patient while Redis is briefly away; a claim Redis cannot
+    take puts the message back in the broker instead of losing it."""
+    try:
+        return with_patience(lambda: rt.queue.claim(task_id, rt.worker_name),
+                             time.monotonic() + CLAIM_PATIENCE)
+    except redis.RedisError as exc:
+        if not is_infrastructure_error(exc):
+            raise
+        log.warning("task %s: cannot claim (%s); message requeued", task_id, exc)
+        raise Reject(str(exc), requeue=True) from None
+
+
+def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool, lease: Lease | None,
+                 then_claim: str | None) -> Outcome:
     hostname = getattr(getattr(celery_task, "request", None), "hostname", None)
     if hostname:
         set_node(hostname)
@@ -82,15 +102,8 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
         stop.install()
     rt = services()
     keep = keeper(celery_task.app)
-    try:
-        lease = with_patience(lambda: rt.queue.claim(task_id, rt.worker_name),
-                              time.monotonic() + CLAIM_PATIENCE)
-    except redis.RedisError as exc:
-        if not is_infrastructure_error(exc):
-            raise
-        # Redis is away or full: give the message back to the broker instead of losing it.
-        log.warning("task %s: cannot claim (%s); message requeued", task_id, exc)
-        raise Reject(str(exc), requeue=True) from None
+    if lease is None:
+        lease = _claim(rt, task_id)
     if lease is None:
         log.info("task %s is not claimable (duplicate or stale message): dropped", task_id)
         return Outcome("dropped", task_id, detail="duplicate or stale message: the task is not claimable")
@@ -99,6 +112,7 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
     keep.track(ctx, rt)
     outcome = Outcome("completed", task_id, lease.task.url)
     dispatched: list[Dispatched] | None = None  # what the completion's own refill dispatched
+    next_lease: Lease | None = None  # the batch's next task, claimed by the completion's script
     task_cpu = 0.0  # CPU seconds of the task's own code (where its refill is published)
     in_task = False  # the task's own function is on the stack: what it raises is the task's
     try:
@@ -118,9 +132,12 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
             ctx.check()
             # Last items + completion + window refill: one fenced script, one round trip.
             # With a script push the refill's messages go onto the broker in that script too.
-            window = refill_window(rt) if refill else None
-            dispatched = ctx._complete(window, rt.settings.redispatch_after,
-                                       script_push(celery_task.app, rt) if window is not None else None)
+            if then_claim is not None and not refill:  # a batch's task: completion + the next claim
+                next_lease = ctx._complete_and_claim(then_claim)
+            else:
+                window = refill_window(rt) if refill else None
+                dispatched = ctx._complete(window, rt.settings.redispatch_after,
+                                           script_push(celery_task.app, rt) if window is not None else None)
     except LeaseLost as exc:
         outcome = Outcome("lost", task_id, lease.task.url, f"lease lost: {exc}")
         log.warning("task %s stopped, its lease is lost: %s", task_id, exc)
@@ -151,7 +168,7 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
         log.exception("task %s: celery-ha could not send the refill messages (the pump re-sends them "
                       "after CELERY_HA_REDISPATCH_AFTER)", task_id)
     attempt.ended(outcome.kind, outcome.detail)
-    return outcome
+    return replace(outcome, next_lease=next_lease) if next_lease is not None else outcome
 
 
 def _own_fault(ctx: DurableContext, rt: Services, exc: Exception) -> Outcome:

@@ -115,7 +115,7 @@ class Bench:
     def worker(self, system: str, concurrency: int) -> subprocess.Popen[bytes]:
         app = "benchmarks.e2e_plain" if system in PLAIN else "celery_ha"
         log = open(self.tmp / f"{system}-{concurrency}.log", "ab")
-        env = {**self.env, "CELERY_HA_BATCH": str(self.batch)} if system == "batch" else self.env
+        env = {**self.env, "CELERY_HA_BATCH": str(self.batch)} if system in BATCHED else self.env
         env = {**env, "BENCH_PLAIN_REUSE": "1"} if system == "plain+reuse" else env
         if system == "traced":
             env = {**env, "CELERY_HA_EXTRA_IMPORTS": "benchmarks.e2e_durable,benchmarks.e2e_tracing"}
@@ -204,7 +204,7 @@ class Bench:
             else:
                 q.enqueue_many(urls, task=name)
             env = {k: v for k, v in self.env.items() if k.startswith("CELERY")}
-            if system == "batch":
+            if system in BATCHED:
                 env["CELERY_HA_BATCH"] = str(self.batch)
             if system == "gated":
                 env["CELERY_HA_HOSTS"] = "1"
@@ -228,6 +228,7 @@ class Bench:
 
 
 PLAIN = ("plain", "plain+reuse")  # plain Celery workers; the second with celery-ha's kombu client reuse
+BATCHED = ("batch", "baseline-batch")  # durable systems run with CELERY_HA_BATCH=--batch
 CPU_FIELDS = ("cpu_ms_main", "cpu_ms_pool", "cpu_ms_redis", "cpu_ms_bench")
 
 
@@ -260,7 +261,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=0,
                         help="also run durable tasks with CELERY_HA_BATCH=N (the 'batch' columns)")
     parser.add_argument("--baseline-rev", metavar="REV",
-                        help="also run durable tasks on this git revision (the 'baseline' columns)")
+                        help="also run durable tasks on this git revision (the 'baseline' columns; with "
+                             "--batch also batched there: 'baseline-batch')")
     parser.add_argument("--traced", action="store_true",
                         help="also run durable tasks with OpenTelemetry on (the 'traced' rows)")
     parser.add_argument("--gated", action="store_true",
@@ -293,6 +295,9 @@ def main() -> None:
     if args.baseline_rev:
         bench.roots["baseline"] = baseline_tree(args.baseline_rev, tmp / "baseline")
         systems += ("baseline",)
+        if args.batch > 1:  # the same batches on the baseline's code
+            bench.roots["baseline-batch"] = bench.roots["baseline"]
+            systems += ("baseline-batch",)
     os.environ.update({k: v for k, v in bench.env.items() if k.startswith(("BENCH_", "CELERY"))})
     results: list[dict[str, Any]] = []
     try:

@@ -96,9 +96,9 @@ class WebApp:
             except redis.RedisError as exc:
                 log.warning("could not look for new namespaces: %s", mask_url(str(exc)))
                 return
-            for reader, source in added:
-                self.readers[reader.namespace] = reader
-                self.collector.sources.append(source)
+            if added:  # copies, swapped in whole: other request threads iterate them meanwhile
+                self.readers = {**self.readers, **{reader.namespace: reader for reader, _ in added}}
+                self.collector.sources = [*self.collector.sources, *(source for _, source in added)]
 
     @property
     def reader(self) -> Reader:

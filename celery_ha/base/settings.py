@@ -7,14 +7,14 @@ variable, so a worker fails at start-up with one clear line instead of misbehavi
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from fnmatch import fnmatchcase
 from typing import Any
 
 from celery_ha.base.errors import ConfigurationError, InvalidInput
 from celery_ha.base.masking import mask_url
+from celery_ha.base.namespace_lists import matches_namespace_pattern as _matches
+from celery_ha.base.namespace_lists import namespace_names, namespace_patterns, parse_namespaces
 from celery_ha.base.urls import UrlRules, check_param_patterns
 from celery_ha.base.validation import check_namespace, check_task_name, parse_duration, parse_rate
 
@@ -139,49 +139,6 @@ def _text(name: str, text: str) -> str:
     return text
 
 
-#: Most namespaces one process serves at once (``CELERY_HA_NAMESPACES``, ``CELERY_HA_WEB_NAMESPACES``).
-MAX_SERVED_NAMESPACES = 64
-
-
-def parse_namespaces(name: str, text: str) -> tuple[str, ...]:
-    """``"shop, news, crawl-*"`` -> the namespaces one worker, beat or ``celery-ha web`` serves: names
-    (each checked) and patterns (``*`` and ``?`` of a shell glob, matched against the namespaces
-    registered in Redis, ``state/namespaces.py``); no repeats."""
-    names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
-    if len(names) > MAX_SERVED_NAMESPACES:
-        raise ConfigurationError(f"{name} names {len(names)} namespaces; at most {MAX_SERVED_NAMESPACES}")
-    return tuple(n if is_namespace_pattern(n, name) else _checked(check_namespace)(name, n) for n in names)
-
-
-_PATTERN = re.compile(r"[A-Za-z0-9_.*?-]{1,64}")
-
-
-def is_namespace_pattern(entry: str, name: str = "CELERY_HA_NAMESPACES") -> bool:
-    """Whether an entry of CELERY_HA_NAMESPACES is a pattern (``crawl-*``, ``*``) rather than a name;
-    a pattern of other characters than a namespace's and ``*``/``?`` is refused."""
-    if "*" not in entry and "?" not in entry:
-        return False
-    if not _PATTERN.fullmatch(entry):
-        raise ConfigurationError(f"{name}: pattern {entry!r} may hold only letters, digits, '_', '.', "
-                                 "'-' and the wildcards '*' and '?'")
-    return True
-
-
-def namespace_names(entries: tuple[str, ...]) -> tuple[str, ...]:
-    """The names among CELERY_HA_NAMESPACES's entries (not the patterns)."""
-    return tuple(e for e in entries if "*" not in e and "?" not in e)
-
-
-def namespace_patterns(entries: tuple[str, ...]) -> tuple[str, ...]:
-    """The patterns among CELERY_HA_NAMESPACES's entries."""
-    return tuple(e for e in entries if "*" in e or "?" in e)
-
-
-def matches_namespace_pattern(namespace: str, patterns: tuple[str, ...]) -> bool:
-    """Whether ``namespace`` matches one of ``patterns`` (case-sensitive, as Redis keys are)."""
-    return any(fnmatchcase(namespace, p) for p in patterns)
-
-
 def _basic_auth(name: str, text: str) -> str:
     """``user:password`` (or several, comma-separated), as Flower's ``--basic-auth`` takes them."""
     for part in text.split(","):
@@ -264,15 +221,11 @@ class Settings:
     embedded: bool = False
     broker_url: str | None = None  # CELERY_BROKER_URL; None = the same Redis as the state layer
     namespace: str = "default"  # CELERY_HA_NAMESPACE
-    # CELERY_HA_NAMESPACES, "shop,news" or "crawl-*": the namespaces one worker or beat serves (its
-    # broker queues, leases, sweeps and pumps of each); a pattern serves every namespace registered in
-    # Redis that matches it (found every CELERY_HA_DISCOVERY_INTERVAL); empty = the one of
-    # CELERY_HA_NAMESPACE. When set, the process's own namespace (the CLI's, pump_now's) is
-    # CELERY_HA_NAMESPACE if given, which must be listed or matched, else the first name listed (with
-    # patterns only: CELERY_HA_NAMESPACE, default "default", served as well).
+    # CELERY_HA_NAMESPACES, "shop,news" or "crawl-*" (every registered namespace it matches): the
+    # namespaces one worker or beat serves; empty = CELERY_HA_NAMESPACE's. The process's own (the CLI's,
+    # pump_now's) is CELERY_HA_NAMESPACE if given (listed or matched), else the first name listed.
     namespaces: tuple[str, ...] = ()
-    # CELERY_HA_DISCOVERY_INTERVAL, seconds: how often a process of namespace patterns looks for new
-    # matching namespaces (a worker starts consuming their queues, beat's jobs reach them)
+    # CELERY_HA_DISCOVERY_INTERVAL, seconds between two looks for namespaces the patterns match
     discovery_interval: float = 10.0
     lease_ttl: float = 30.0  # CELERY_HA_LEASE_TTL, seconds
     heartbeat_interval: float = 5.0  # CELERY_HA_HEARTBEAT_INTERVAL, seconds
@@ -344,20 +297,17 @@ class Settings:
 
     @property
     def served_namespaces(self) -> tuple[str, ...]:
-        """Every namespace named for a worker or beat of these settings, its own first (a pattern's
-        matches are found in Redis: ``integration/core/services.py`` ``served``)."""
+        """Every namespace named for a worker or beat of these settings, its own first."""
         return (self.namespace, *(ns for ns in namespace_names(self.namespaces) if ns != self.namespace))
 
     @property
     def namespace_patterns(self) -> tuple[str, ...]:
-        """The patterns of CELERY_HA_NAMESPACES (``crawl-*``): every registered namespace that matches
-        one is served as well."""
+        """The patterns of CELERY_HA_NAMESPACES (``crawl-*``), served beside the names."""
         return namespace_patterns(self.namespaces)
 
     def serves(self, namespace: str) -> bool:
         """Whether a worker or beat of these settings serves ``namespace`` (named, or matched)."""
-        return (namespace in self.served_namespaces
-                or matches_namespace_pattern(namespace, self.namespace_patterns))
+        return namespace in self.served_namespaces or _matches(namespace, self.namespace_patterns)
 
     @property
     def host_gate(self) -> bool:
@@ -448,8 +398,7 @@ class Settings:
     def validate(self) -> None:
         """Cross-field checks (each knob alone was checked while parsing)."""
         names = namespace_names(self.namespaces)
-        if names and self.namespace not in names and not matches_namespace_pattern(
-                self.namespace, self.namespace_patterns):
+        if names and self.namespace not in names and not _matches(self.namespace, self.namespace_patterns):
             raise ConfigurationError(
                 f"CELERY_HA_NAMESPACE={self.namespace} is not one of CELERY_HA_NAMESPACES "
                 f"({','.join(self.namespaces)}): list it there, or leave CELERY_HA_NAMESPACE unset "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from celery_ha.base.settings import matches_namespace_pattern, parse_namespaces
+from celery_ha.base.namespace_lists import matches_namespace_pattern, parse_namespaces
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.cli.render import console, echo_json, grid
 from celery_ha.state.namespaces import register, registered, scan_for_namespaces

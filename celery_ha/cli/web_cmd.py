@@ -10,13 +10,13 @@ import click
 
 from celery_ha.base.errors import ConfigurationError, InvalidInput
 from celery_ha.base.masking import mask_url
-from celery_ha.base.settings import (
+from celery_ha.base.namespace_lists import (
     MAX_SERVED_NAMESPACES,
-    Settings,
     namespace_names,
     namespace_patterns,
     parse_namespaces,
 )
+from celery_ha.base.settings import Settings
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.monitoring.auth import BasicAuth
 from celery_ha.monitoring.broker_depth import broker_reader

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 import redis
 
-from celery_ha.base.settings import matches_namespace_pattern
+from celery_ha.base.namespace_lists import matches_namespace_pattern
 from celery_ha.base.validation import check_namespace
 
 REGISTRY_KEY = "cha:namespaces"

@@ -32,8 +32,9 @@ from dataclasses import dataclass, field, replace
 import redis
 
 from celery_ha.base.errors import ConfigurationError
+from celery_ha.base.namespace_lists import MAX_SERVED_NAMESPACES, matches_namespace_pattern
 from celery_ha.base.per_process import PerProcess
-from celery_ha.base.settings import MAX_SERVED_NAMESPACES, Settings, matches_namespace_pattern
+from celery_ha.base.settings import Settings
 from celery_ha.redisio.client import redis_client
 from celery_ha.runtime.resolve import resolve_redis_url
 from celery_ha.state import TaskQueue

@@ -184,6 +184,10 @@ def _run_every_script(url: str) -> None:
     fourth = q.claim(sent[1].task_id, "w1")
     assert fourth is not None
     assert q.complete_and_dispatch(fourth, [("k2", {"v": 2})], window=2)[0] == 1  # complete_dispatch
+    pair = q.enqueue_many(["https://example.com/pair/1", "https://example.com/pair/2"])
+    added, second = q.complete_and_claim_id(q.claim(pair[0], "w1"), pair[1], "w1", [("k3", {"v": 3})])
+    assert added == 1 and second is not None  # complete_claim
+    q.complete(second)
     held = q.claim_next("w1")  # claim_next
     assert held is not None
     assert q.fail(held, "boom", retry=False) == "dead"  # fail

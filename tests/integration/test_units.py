@@ -334,9 +334,12 @@ def test_a_pattern_serves_the_registered_namespaces_it_matches(rt: Runtime) -> N
     routing key), ``served()`` adds the registered matches (read at most every discovery interval,
     sticky), a namespace the pattern does not match is refused."""
     svc.reset_services()
-    settings = dataclasses.replace(rt.settings, namespaces=("unit", "crawl-*"), discovery_interval=3600.0)
+    settings = dataclasses.replace(rt.settings, namespaces=("unit", "crawl-*", "unit.?"),
+                                   discovery_interval=3600.0)
     svc._services.set(dataclasses.replace(rt, settings=settings))
     assert svc.namespace_of_queue("crawl-a.crawl") == "crawl-a"
+    assert svc.namespace_of_queue("unit.b.crawl") == "unit.b"  # a match longer than a name listed
+    assert svc.namespace_of_queue("unit.crawl") == "unit"
     assert svc.namespace_of_queue("crawl-a.b.maintenance") == "crawl-a.b"  # the longest matching prefix
     assert svc.namespace_of_queue("blog.crawl") is None
     assert svc.services("crawl-z").queue.namespace == "crawl-z"

@@ -224,8 +224,8 @@ def namespace_of_queue(queue: str | None) -> str | None:
     for ns in settings.served_namespaces:
         if queue.startswith(ns + ".") and (found is None or len(ns) > len(found)):
             found = ns
-    if found is None and settings.namespace_patterns:  # the longest prefix a pattern matches
-        for at in range(len(queue) - 1, 0, -1):
+    if settings.namespace_patterns:  # the longest prefix a pattern matches, if longer
+        for at in range(len(queue) - 1, len(found or ""), -1):
             if queue[at] == "." and matches_namespace_pattern(queue[:at], settings.namespace_patterns):
                 return queue[:at]
     return found

@@ -171,12 +171,12 @@ def discovered(refresh: bool = False) -> list[str]:
     if not refresh and time.monotonic() - found.at < own.settings.discovery_interval:
         return found.names
     with found.lock:
+        found.at = time.monotonic()  # a failed look is tried again after the interval, not at each call
         try:
             names = registered(own.client)
         except redis.RedisError as exc:
             log.warning("could not read the registry of namespaces: %s", exc)
             return found.names
-        found.at = time.monotonic()
         new = matching(names, patterns, known=(*own.settings.served_namespaces, *found.names))
         room = MAX_SERVED_NAMESPACES - len(own.settings.served_namespaces) - len(found.names)
         if len(new) > room and not found.warned:

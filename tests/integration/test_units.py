@@ -36,6 +36,8 @@ from celery_ha.integration.running import lease_keeper as lk
 from celery_ha.integration.running.context import DurableContext
 from celery_ha.integration.running.runner import run_message
 from celery_ha.integration.upkeep.maintenance import dead_letter_summary, proxy_health, sweep
+from celery_ha.integration.worker import hooks as hooks_module
+from celery_ha.integration.worker.hooks import WorkerHooks
 from celery_ha.proxy import ProxyPool
 from celery_ha.redisio.client import redis_client
 from celery_ha.redisio.lock import short_lock
@@ -357,6 +359,30 @@ def test_a_pattern_serves_the_registered_namespaces_it_matches(rt: Runtime) -> N
     assert svc.discovered(refresh=True) == ["crawl-b", "crawl-c"]
     forget(client, "crawl-b")
     assert svc.discovered(refresh=True) == ["crawl-b", "crawl-c"]  # still served until the worker stops
+
+
+def test_fast_failover_visits_only_the_namespace_of_the_failed_message(rt: Runtime, monkeypatch) -> None:
+    """A worker of several namespaces remembers each message's namespace when it receives it, so a
+    dead child's failover reads that namespace only; a message it does not remember: every one."""
+    svc.reset_services()
+    settings = dataclasses.replace(rt.settings, namespaces=("unit", "news", "crawl-*"))
+    svc._services.set(dataclasses.replace(rt, settings=settings))
+    hooks = WorkerHooks(SimpleNamespace())
+    visited: list[str] = []
+    monkeypatch.setattr(hooks_module, "on_child_lost",
+                        lambda rt, app, sender, exception, args: visited.append(rt.settings.namespace))
+    hooks.task_received(request=SimpleNamespace(id="m1", delivery_info={"routing_key": "crawl-a.crawl"}))
+    hooks.task_received(request=SimpleNamespace(id="m2", delivery_info={"routing_key": "news.maintenance"}))
+    hooks.task_failure(args=["t1"], task_id="m1")
+    hooks.task_failure(args=["t2"], task_id="m2")
+    assert visited == ["crawl-a", "news"]
+    visited.clear()
+    hooks.task_failure(args=["t1"], task_id="m1")  # forgotten once used
+    assert visited == ["unit", "news"]
+    for n in range(hooks_module.MESSAGE_MEMORY + 5):  # bounded: the oldest go first
+        hooks.task_received(request=SimpleNamespace(id=f"x{n}", delivery_info={"routing_key": "news.crawl"}))
+    assert len(hooks.message_namespaces) == hooks_module.MESSAGE_MEMORY
+    assert "x0" not in hooks.message_namespaces
 
 
 def test_proxy_health_hook_is_skipped_without_url_or_proxies(rt: Runtime) -> None:

@@ -15,7 +15,9 @@ could not do.
   keeper (no heartbeat after this), leave the worker registry.
 - ``worker_ready``: register the task names this node runs; fill the window at once (a namespace a
   pattern matches later gets the same from the consumer step ``discovery.NamespaceDiscovery``).
-- ``task_failure``: fast failover when a pool child died.
+- ``task_received`` (main process of a worker of several namespaces): remember which namespace a
+  message came from.
+- ``task_failure``: fast failover when a pool child died, in its message's namespace.
 - ``task_unknown``: a message for a task name this worker does not know counts a failed attempt.
 - ``worker_shutting_down`` / ``worker_shutdown``: graceful shutdown.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -48,6 +51,10 @@ from celery_ha.state.worker_registry import unregister
 
 log = logging.getLogger(__name__)
 
+#: Messages whose namespace the worker's main process remembers for fast failover (a few per pool
+#: process are enough: a message fails while it runs, soon after it was received).
+MESSAGE_MEMORY = 10_000
+
 
 def _logged(hook: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(hook)
@@ -66,6 +73,9 @@ class WorkerHooks:
     def __init__(self, app: Any, start_check: Callable[[], None] | None = None) -> None:
         self.app = app
         self.shutdown = GracefulShutdown()
+        #: Celery message id -> the served namespace of its queue, for the messages this worker took
+        #: lately (the newest MESSAGE_MEMORY): fast failover then reads one namespace, not each served.
+        self.message_namespaces: OrderedDict[str, str] = OrderedDict()
         #: Called first when a worker or beat of this app starts: ``init_app`` refuses there a
         #: configuration it could not apply (raises SystemExit with one line).
         self.start_check = start_check or (lambda: None)
@@ -113,6 +123,9 @@ class WorkerHooks:
         if sender:
             set_node(sender)
         quiet_reject_tracebacks()  # before the fork: every pool child inherits it
+        if services().settings.namespaces:  # several namespaces: note each message's for failover
+            signals.task_received.connect(self._scoped(self.task_received), weak=False,
+                                          dispatch_uid=f"celery-ha-received-{id(self)}")
         warning = self._eviction_warning()
         if warning and not services().settings.allow_eviction:
             # SystemExit passes through Celery's signal dispatch: the worker stops before consuming.
@@ -152,9 +165,20 @@ class WorkerHooks:
         for rt in served():  # each namespace this worker serves (CELERY_HA_NAMESPACES)
             namespace_ready(self.app, rt)
 
+    def task_received(self, request: Any = None, **_: Any) -> None:
+        info = getattr(request, "delivery_info", None) or {}
+        namespace = namespace_of_queue(info.get("routing_key")) if isinstance(info, dict) else None
+        if namespace is not None and getattr(request, "id", None):
+            self.message_namespaces[request.id] = namespace
+            if len(self.message_namespaces) > MESSAGE_MEMORY:
+                self.message_namespaces.popitem(last=False)
+
     def task_failure(self, sender: Any = None, exception: BaseException | None = None, args: Any = None,
-                     **_: Any) -> None:
-        for rt in served():  # the dead child's task is in one of them: the others find no lease of it
+                     task_id: str | None = None, **_: Any) -> None:
+        namespace = self.message_namespaces.pop(task_id, None) if task_id else None
+        # The message's namespace; unknown (taken long ago): each served one, where the others find no
+        # lease of the dead child's task.
+        for rt in [services(namespace)] if namespace is not None else served():
             on_child_lost(rt, self.app, sender, exception, args)
 
     def task_unknown(self, name: str = "", id: str = "", message: Any = None, **_: Any) -> None:

@@ -359,6 +359,10 @@ def test_a_pattern_serves_the_registered_namespaces_it_matches(rt: Runtime) -> N
     assert svc.discovered(refresh=True) == ["crawl-b", "crawl-c"]
     forget(client, "crawl-b")
     assert svc.discovered(refresh=True) == ["crawl-b", "crawl-c"]  # still served until the worker stops
+    # A match written with another shard count is not served (each of its claims would be refused).
+    TaskQueue(client, "crawl-s", shards=4).enqueue("https://s.test/")
+    TaskQueue(client, "crawl-t").enqueue("https://t.test/")
+    assert svc.discovered(refresh=True) == ["crawl-b", "crawl-c", "crawl-t"]
 
 
 def test_fast_failover_visits_only_the_namespace_of_the_failed_message(rt: Runtime, monkeypatch) -> None:

@@ -64,6 +64,7 @@ def test_a_pattern_serves_the_matching_namespaces_also_those_that_appear_later(r
     first enqueue comes while the server runs; never a namespace the pattern does not match."""
     TaskQueue.from_url(redis_url, "crawl-a").enqueue_many(["https://a.test/1", "https://a.test/2"])
     TaskQueue.from_url(redis_url, "blog").enqueue("https://blog.test/")
+    TaskQueue.from_url(redis_url, "crawl-s", shards=4).enqueue("https://s.test/")  # another shard count
     with web_process(redis_url, "ignored", "--namespaces", "crawl-*",
                      env={"CELERY_HA_DISCOVERY_INTERVAL": "0.2"}) as web:
         assert "namespace crawl-a, and those matching crawl-* as they appear" in "".join(web.output)
@@ -81,6 +82,9 @@ def test_a_pattern_serves_the_matching_namespaces_also_those_that_appear_later(r
         assert web.get("/api/stats").json()["namespace"] == "crawl-a"  # the first served stays the default
         assert web.get("/healthz").json()["namespaces"] == ["crawl-a", "crawl-b"]
         assert web.get("/api/stats?namespace=blog").status == 404
+        assert web.get("/api/stats?namespace=crawl-s").status == 404
+        said = "not serving namespace crawl-s: namespace 'crawl-s' holds tasks in 4 shard(s)"
+        assert said in "".join(web.output)
 
 
 @pytest.mark.parametrize("names, says", [

@@ -39,6 +39,7 @@ from celery_ha.redisio.client import redis_client
 from celery_ha.runtime.resolve import resolve_redis_url
 from celery_ha.state import TaskQueue
 from celery_ha.state.namespaces import matching, registered
+from celery_ha.state.shards import check_count
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +153,7 @@ class _Found:
         self.names: list[str] = []
         self.at = float("-inf")
         self.warned = False
+        self.refused: set[str] = set()  # matches of another shard count (warned once each)
         self.lock = threading.Lock()
 
 
@@ -177,7 +179,8 @@ def discovered(refresh: bool = False) -> list[str]:
         except redis.RedisError as exc:
             log.warning("could not read the registry of namespaces: %s", exc)
             return found.names
-        new = matching(names, patterns, known=(*own.settings.served_namespaces, *found.names))
+        new = [ns for ns in matching(names, patterns, known=(*own.settings.served_namespaces, *found.names))
+               if _layout_fits(own, ns, found)]
         room = MAX_SERVED_NAMESPACES - len(own.settings.served_namespaces) - len(found.names)
         if len(new) > room and not found.warned:
             found.warned = True
@@ -186,6 +189,19 @@ def discovered(refresh: bool = False) -> list[str]:
                         MAX_SERVED_NAMESPACES, ", ".join(new[:max(0, room)]) or "none of them")
         found.names = sorted([*found.names, *new[:max(0, room)]])
     return found.names
+
+
+def _layout_fits(own: Services, namespace: str, found: _Found) -> bool:
+    """Whether this process's CELERY_HA_SHARDS fits ``namespace`` as it is stored: a namespace written
+    with another shard count is not served (its every claim would be refused), with a warning once."""
+    try:
+        check_count(own.client, namespace, own.settings.shards)
+    except ConfigurationError as exc:
+        if namespace not in found.refused:
+            found.refused.add(namespace)
+            log.warning("not serving namespace %r, which CELERY_HA_NAMESPACES matches: %s", namespace, exc)
+        return False
+    return True
 
 
 def own_services() -> Services:

@@ -5,8 +5,9 @@ broker queues and gets it ready (:func:`namespace_ready`: task names, broker mar
 
 Its queues mirror the worker's own namespace's: every queue ``<own>.<logical>`` the consumer reads
 (``crawl``, ``maintenance``, a ``@durable_task(queue=...)`` queue given with ``-Q``) becomes
-``<new>.<logical>``. The look runs on the consumer's timer, in the event loop that owns the broker
-channel (adding a queue from another thread is not safe for kombu); one ``SMEMBERS`` per look.
+``<new>.<logical>``, so a crawl-only worker stays crawl-only. The look runs on the consumer's timer,
+in the event loop that owns the broker channel (adding a queue from another thread is not safe for
+kombu); one ``SMEMBERS`` per look.
 A namespace that matched stays served until the worker stops, even if it leaves the registry.
 """
 
@@ -44,12 +45,13 @@ def namespace_ready(app: Any, rt: Services) -> None:
 
 
 def _logical_queues(consumer: Any, own: str) -> list[str]:
-    """The logical queues the worker consumes for its own namespace (crawl and maintenance at least)."""
+    """The logical queues the worker consumes for its own namespace (a crawl-only worker, ``-Q
+    shop.crawl``, takes only the crawl queue of a new namespace too); crawl and maintenance when it
+    consumes none of its own."""
     names = [q.name for q in consumer.app.amqp.queues.consume_from.values()] \
         if consumer.app.amqp.queues.consume_from else list(consumer.app.amqp.queues)
     logical = [name[len(own) + 1:] for name in names if name.startswith(own + ".")]
-    logical = [name for name in logical if "." not in name]
-    return list(dict.fromkeys([CRAWL, MAINTENANCE, *logical]))
+    return list(dict.fromkeys(name for name in logical if "." not in name)) or [CRAWL, MAINTENANCE]
 
 
 class NamespaceDiscovery(bootsteps.StartStopStep):

@@ -38,7 +38,7 @@ def command(obj: CLIContext, pattern: str, scan: bool, as_json: bool) -> None:
         register(client, *new)
         click.echo(f"scanned: {len(found)} namespace(s) hold keys, {len(new)} newly registered"
                    + (f" ({', '.join(new)})" if new else ""), err=as_json)
-    names = [n for n in registered(client) if n in patterns or matches_namespace_pattern(n, patterns)]
+    names = [n for n in registered(client) if matches_namespace_pattern(n, patterns)]
     rows = []
     for name in names:
         stats = summed_stats(client, namespace_keys(client, name))

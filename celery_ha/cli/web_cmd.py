@@ -23,8 +23,7 @@ from celery_ha.monitoring.broker_depth import broker_reader
 from celery_ha.monitoring.collector import Source
 from celery_ha.monitoring.dashboard import Reader
 from celery_ha.monitoring.server import WebApp, WebServer, is_loopback
-from celery_ha.state.namespaces import matching, registered
-from celery_ha.state.shards import check_count
+from celery_ha.state.namespaces import servable_matches
 
 
 def _auth_option(_ctx: click.Context, _param: Any, value: str | None) -> BasicAuth | None:
@@ -93,23 +92,14 @@ def command(obj: CLIContext, host: str, port: int, auth: BasicAuth | None, queue
                 Source(client, ns, settings.lease_ttl,
                        broker_reader(settings, obj.redis_url, client, ns, queues)))
 
-    refused: set[str] = set()
-
-    def fits(ns: str) -> bool:
-        """A match written with another shard count than CELERY_HA_SHARDS is left out (said once)."""
-        try:
-            check_count(client, ns, settings.shards)
-        except ConfigurationError as exc:
-            if ns not in refused:
-                refused.add(ns)
-                click.echo(f"celery-ha web: not serving namespace {ns}: {exc}", err=True)
-            return False
-        return True
+    said: set[str] = set()  # matches of another shard count, said once each
 
     def grow(known: set[str]) -> list[tuple[Reader, Source]]:
-        room = MAX_SERVED_NAMESPACES - len(known)
-        found = [ns for ns in matching(registered(client), patterns, known) if fits(ns)]
-        return [serve(ns) for ns in found[:max(0, room)]]
+        found, refused = servable_matches(client, patterns, known, settings.shards)
+        for ns in sorted(set(refused) - said):
+            click.echo(f"celery-ha web: not serving namespace {ns}: {refused[ns]}", err=True)
+        said.update(refused)
+        return [serve(ns) for ns in found[:max(0, MAX_SERVED_NAMESPACES - len(known))]]
 
     names = namespace_names(namespaces)
     served = [serve(ns) for ns in names]

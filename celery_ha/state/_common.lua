@@ -52,7 +52,8 @@
   host key st.h, its host's queue: the host gate of _hosts.lua, included below ready_key);
   hist_bucket, observe (histograms);
   incr, wake, promote_due, to_dead,
-  stall, fenced, grant, claim_best, trim_history, complete_task (transitions); store_items (the sink);
+  stall, fenced, grant, claim_best, trim_history, complete_task (transitions); store_items (the sink),
+  complete_with_items (the sink's last items, then the completion);
   schedule_refetch, kept_records, requeue_finished (refetch schedules, _refetch.lua);
   remember, done_time, forget_done and the rest of _remembered.lua (finished dedup ids);
   and, from the includes
@@ -580,5 +581,23 @@ local function store_items(from)
   end
   incr('items', added)
   incr('items_duplicate', (#ARGV - from + 1) / 2 - added)
+  return added
+end
+
+-- Complete a task under its lease after storing the items from ARGV position `from` on (if any). The
+-- items go first: HSETNX is then the step's first write, so a Redis over maxmemory refuses the whole
+-- step (OOM, nothing written: the runner hands the task back) rather than letting a completion that
+-- began with a ZREM write on past the limit. Fenced before any write; the record it read is handed to
+-- complete_task. Returns the number of new items, or (nil, the refusal code) with nothing written.
+local function complete_with_items(id, token, hmax, hage, now, sig, from)
+  local added, held = 0, nil
+  if #ARGV >= from then
+    local st, payload, refusal = fenced(id, token)
+    if refusal then return nil, refusal end
+    added = store_items(from)
+    held = {st, payload}
+  end
+  local done = complete_task(id, token, hmax, hage, now, held, sig)
+  if done ~= true then return nil, done end
   return added
 end

@@ -36,16 +36,9 @@
 ]]
 --#include _common
 local now = now_ms()
-local added, held = 0, nil
-if #ARGV >= 10 then
-  -- Items first, as complete_dispatch.lua: HSETNX is then the first write (an OOM refuses it all).
-  local st, payload, refusal = fenced(ARGV[2], ARGV[3])
-  if refusal then return refusal end
-  added = store_items(10)
-  held = {st, payload}
-end
-local done = complete_task(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), now, held, ARGV[6])
-if done ~= true then return done end
+local added, refusal = complete_with_items(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), now,
+  ARGV[6], 10)
+if not added then return refusal end
 local st, payload = load(ARGV[7])
 if not st then return {added, R_UNKNOWN} end
 return {added, grant(ARGV[7], st, payload, ARGV[8], tonumber(ARGV[9]), now, false)}

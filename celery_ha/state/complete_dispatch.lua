@@ -43,19 +43,9 @@
 local now = now_ms()
 local push_to = 10 + tonumber(ARGV[10])
 local items_from = push_to + 1
-local added, held = 0, nil
-if #ARGV >= items_from then
-  -- Items first, as commit.lua: HSETNX is then the script's first write, so a Redis over maxmemory
-  -- refuses the whole step (OOM, nothing written: the runner hands the task back) rather than
-  -- letting a completion that began with a ZREM write on past the limit. Fenced before any write;
-  -- the record it read is handed to complete_task (storing items does not touch it).
-  local st, payload, refusal = fenced(ARGV[2], ARGV[3])
-  if refusal then return refusal end
-  added = store_items(items_from)
-  held = {st, payload}
-end
-local done = complete_task(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), now, held, ARGV[9])
-if done ~= true then return done end -- only without items: fenced() above already passed
+local added, refusal = complete_with_items(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), now,
+  ARGV[9], items_from)
+if not added then return refusal end
 if ARGV[6] == '' then return {added, {}, 0, false} end
 local out = fill_window(now, tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8])
 if push_to == 10 or #out == 0 then return {added, out, 0, false} end

@@ -138,8 +138,8 @@ class CompletionOps:
         return Completion(int(added), dispatched_from(flat) if refill else None, int(pushed), error or None)
 
     def complete_and_claim_id(self, lease: Lease, next_id: str, worker: str,
-                           items: Iterable[tuple[str, Mapping[str, Any]]] = (), *,
-                           ttl: float | None = None) -> tuple[int, Lease | None]:
+                              items: Iterable[tuple[str, Mapping[str, Any]]] = (), *,
+                              ttl: float | None = None) -> tuple[int, Lease | None]:
         """Store ``items``, complete the task, and claim ``next_id`` for ``worker`` (as :meth:`claim`),
         in one fenced script when both are on one shard (``complete_claim.lua``): a batch's tasks
         (``CELERY_HA_BATCH``) cost one script each instead of two. Returns (new items, the next

@@ -17,8 +17,10 @@ from collections.abc import Iterable
 
 import redis
 
+from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.namespace_lists import matches_namespace_pattern
 from celery_ha.base.validation import check_namespace
+from celery_ha.state.shards import check_count
 
 REGISTRY_KEY = "cha:namespaces"
 
@@ -54,6 +56,23 @@ def matching(names: Iterable[str], patterns: tuple[str, ...], known: Iterable[st
     """The ``names`` that match one of ``patterns`` and are not in ``known``, sorted."""
     skip = set(known)
     return sorted(n for n in set(names) if n not in skip and matches_namespace_pattern(n, patterns))
+
+
+def servable_matches(client: redis.Redis, patterns: tuple[str, ...], known: Iterable[str],
+                     shards: int) -> tuple[list[str], dict[str, str]]:
+    """The registered namespaces that match ``patterns`` and are not in ``known``, sorted, that a
+    process of ``shards`` shards can serve; and, apart, those written with another shard count, with
+    why (every claim there would be refused: ``state/shards.py`` ``check_count``)."""
+    fit: list[str] = []
+    refused: dict[str, str] = {}
+    for name in matching(registered(client), patterns, known):
+        try:
+            check_count(client, name, shards)
+        except ConfigurationError as exc:
+            refused[name] = str(exc)
+            continue
+        fit.append(name)
+    return fit, refused
 
 
 def scan_for_namespaces(client: redis.Redis, count: int = 1000) -> list[str]:

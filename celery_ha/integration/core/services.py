@@ -38,8 +38,7 @@ from celery_ha.base.settings import Settings
 from celery_ha.redisio.client import redis_client
 from celery_ha.runtime.resolve import resolve_redis_url
 from celery_ha.state import TaskQueue
-from celery_ha.state.namespaces import matching, registered
-from celery_ha.state.shards import check_count
+from celery_ha.state.namespaces import servable_matches
 
 log = logging.getLogger(__name__)
 
@@ -175,12 +174,14 @@ def discovered(refresh: bool = False) -> list[str]:
     with found.lock:
         found.at = time.monotonic()  # a failed look is tried again after the interval, not at each call
         try:
-            names = registered(own.client)
+            new, refused = servable_matches(own.client, patterns, (*own.settings.served_namespaces,
+                                                                    *found.names), own.settings.shards)
         except redis.RedisError as exc:
             log.warning("could not read the registry of namespaces: %s", exc)
             return found.names
-        new = [ns for ns in matching(names, patterns, known=(*own.settings.served_namespaces, *found.names))
-               if _layout_fits(own, ns, found)]
+        for ns in sorted(set(refused) - found.refused):
+            log.warning("not serving namespace %r, which CELERY_HA_NAMESPACES matches: %s", ns, refused[ns])
+        found.refused |= set(refused)
         room = MAX_SERVED_NAMESPACES - len(own.settings.served_namespaces) - len(found.names)
         if len(new) > room and not found.warned:
             found.warned = True
@@ -189,19 +190,6 @@ def discovered(refresh: bool = False) -> list[str]:
                         MAX_SERVED_NAMESPACES, ", ".join(new[:max(0, room)]) or "none of them")
         found.names = sorted([*found.names, *new[:max(0, room)]])
     return found.names
-
-
-def _layout_fits(own: Services, namespace: str, found: _Found) -> bool:
-    """Whether this process's CELERY_HA_SHARDS fits ``namespace`` as it is stored: a namespace written
-    with another shard count is not served (its every claim would be refused), with a warning once."""
-    try:
-        check_count(own.client, namespace, own.settings.shards)
-    except ConfigurationError as exc:
-        if namespace not in found.refused:
-            found.refused.add(namespace)
-            log.warning("not serving namespace %r, which CELERY_HA_NAMESPACES matches: %s", namespace, exc)
-        return False
-    return True
 
 
 def own_services() -> Services:

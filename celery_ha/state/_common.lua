@@ -318,7 +318,10 @@ end
 -- constant cost whatever the band's length.
 local function unready(id, st)
   if st.h then
-    if redis.call('ZREM', hqkey(st.h), id) == 1 then redis.call('HINCRBY', K_HCFG, 'nq', -1) end
+    -- An earlier release's zset gives the id up; a list keeps it as a stale entry (host_take's
+    -- caller skips it), uncounted now.
+    if legacy_queues() and redis.call('ZREM', hqkey(st.h), id) == 1 then hcfg_add('lq', -1) end
+    redis.call('HINCRBY', K_HCFG, 'nq', -1)
     host_place(st.h, host_load(st.h), now_ms())
     return
   end

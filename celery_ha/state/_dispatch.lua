@@ -1,7 +1,7 @@
 --[[ Shared include: the pump's window fill, used by dispatch.lua and complete_dispatch.lua (after
   --#include _common, whose K_* keys, load/save, pop_ready and promote_due it uses).
   Touches KEYS[1] tasks, KEYS[2] readyp, KEYS[3] delayed, KEYS[4] inflight, KEYS[10] stats, and the
-  ready lists r:<priority> and the host gate's keys (_hosts.lua: h, hq, hcfg,
+  ready lists r:<priority> and the host gate's keys (_hosts.lua: h, hb, hl, hq, hcfg,
     hosts, hready, hwait) named from ARGV[1] (same hash tag as
   KEYS[1]).
   Defines: fill_window(now, window, redispatch_after_ms, promote_limit) -> flat list of {id, task

@@ -5,7 +5,9 @@
   Keys, all named from PREFIX (ARGV[1], which carries KEYS[1]'s hash tag: same slot, see same_slot):
     hcfg       hash: the namespace's defaults iv (rate spacing, ms), dl (delay, ms), cc (concurrency,
                0 = none), bg (budget, -1 = none); on ('1': enqueue gates tasks that have a host);
-               counters seq (queue order), lrs (serve order), nq (tasks queued in host queues)
+               counters lrs (serve order), nq (tasks queued in host queues); hl ('1': host queues
+               are lists, set by the first script of this layout) and lq (tasks left in the zsets
+               of an earlier release, counted down as they leave; seq was their queue order)
     hready     zset: hosts with queued tasks that may hand one out now,
                score = band * 1e12 + lr (band = 1000 - priority of the host's best task; lr = when
                the host was last served): the best band first, then the least recently served host
@@ -17,15 +19,22 @@
                ne (next eligible, ms), bu (blocked until, ms), bl (backoff level), br (block
                reason), lb (last block, ms), ls (last start, ms), lr (serve order); counters done, dead
     hosts      set: every host that ever queued a task or got a setting (the listing reads it)
-    hq:<host>  zset: the host's queued ids, score = band * 1e12 + 5e11 + seq (back of its band) or
-               - seq (front: reclaimed work), so ZPOPMIN is the best priority, then FIFO
+    hl:<band>:<host>  list: the host's queued ids of one band (band = 1000 - priority), oldest
+               first; new work goes to the back, reclaimed work to the front. A list entry costs ~14 B
+               where a sorted-set entry past 128 per host cost ~95 B. An id taken out of its queue
+               directly (unready: a direct claim, cancel) stays as a stale entry that the pop skips
+               (it was uncounted from nq then), as the priority bands do.
+    hb:<host>  zset: the host's bands that have a list, member and score the band: the best is the
+               first; a band leaves it when a pop empties its list
+    hq:<host>  zset of an earlier release (score = band * 1e12 + 5e11 ± seq): still read, and popped
+               first within a band, while hcfg's lq says some are left; nothing writes it any more
   Defines: host_load, host_interval, host_due, host_place, host_refile, host_batch, host_add,
     host_flush, host_push, host_out, host_claimed, host_end, host_dead, hosts_due, host_pop.
 ]]
 
 local K_HCFG, K_HREADY, K_HWAIT = PREFIX .. 'hcfg', PREFIX .. 'hready', PREFIX .. 'hwait'
 local K_HOSTS = PREFIX .. 'hosts'
-local BAND, HALF, SLOT = 1e12, 5e11, 9e15
+local BAND, SLOT = 1e12, 9e15
 -- Whether hready may hold a host (nil = not known yet), and whether hready or hwait may (nil = not
 -- known yet: one EXISTS of both tells, once per script), so a namespace whose gate holds no host
 -- pays one command per script on the pop path, for hosts_due and the pop together. host_place sets
@@ -39,6 +48,8 @@ end
 
 local function hkey(h) return PREFIX .. 'h:' .. h end
 local function hqkey(h) return PREFIX .. 'hq:' .. h end
+local function hbkey(h) return PREFIX .. 'hb:' .. h end
+local function hlkey(band, h) return PREFIX .. 'hl:' .. band .. ':' .. h end
 
 local function hash_table(raw)
   local t = {}
@@ -64,6 +75,67 @@ local function hnum(hs, field, dflt)
 end
 
 local function n0(v) return tonumber(v) or 0 end
+
+-- Whether zsets of an earlier release may still hold queued ids (hcfg lq > 0). The first script of
+-- this layout to look (hcfg without hl) takes nq, what those zsets held, as lq: every later hand-out
+-- or removal from them counts it down, and at 0 no script looks at them again. nq never counts an
+-- entry too few (it counted every id the zsets took), so no zset is left behind unread.
+local function legacy_queues()
+  local cfg = hcfg()
+  if not cfg.hl then
+    cfg.hl, cfg.lq = '1', cfg.nq or '0'
+    redis.call('HSET', K_HCFG, 'hl', '1', 'lq', cfg.lq)
+  end
+  return n0(cfg.lq) > 0
+end
+
+-- Count `by` in hcfg's counter `field`, in Redis and in the cached copy hcfg() returns.
+local function hcfg_add(field, by)
+  hcfg()[field] = tostring(redis.call('HINCRBY', K_HCFG, field, by))
+end
+
+-- The best band (1000 - priority) among host h's queued ids, or nil when it has none.
+local function host_head_band(h)
+  local top = redis.call('ZRANGE', hbkey(h), 0, 0)
+  local band = tonumber(top[1])
+  if legacy_queues() then
+    local head = redis.call('ZRANGE', hqkey(h), 0, 0, 'WITHSCORES')
+    if #head > 0 then
+      local old = math.floor(tonumber(head[2]) / BAND)
+      if not band or old < band then band = old end
+    end
+  end
+  return band
+end
+
+-- Take host h's best queued id out of its queue: its id and whether it came from an earlier
+-- release's zset (counted out of nq and lq here: the zsets counted every entry), or nil. Within a
+-- band the zset's ids go first (they are older). A list id is uncounted by the caller once it is
+-- known to be live (a stale one was uncounted when it became stale).
+local function host_take(h)
+  local old
+  if legacy_queues() then
+    local head = redis.call('ZRANGE', hqkey(h), 0, 0, 'WITHSCORES')
+    if #head > 0 then old = math.floor(tonumber(head[2]) / BAND) end
+  end
+  for _ = 1, 2002 do -- every band at most once
+    local top = redis.call('ZRANGE', hbkey(h), 0, 0)
+    local band = tonumber(top[1])
+    if old and (not band or old <= band) then
+      local popped = redis.call('ZPOPMIN', hqkey(h))
+      hcfg_add('nq', -1)
+      hcfg_add('lq', -1)
+      return popped[1], true
+    end
+    if not band then return nil end
+    local key = hlkey(top[1], h)
+    local id = redis.call('LPOP', key)
+    if id and redis.call('LLEN', key) > 0 then return id, false end
+    redis.call('ZREM', hbkey(h), top[1])
+    if id then return id, false end
+  end
+  return nil
+end
 
 -- The spacing between two hand-outs of the host (ms): the largest of its rate's spacing, its delay
 -- and its robots.txt Crawl-delay.
@@ -92,15 +164,14 @@ end
 -- index the caller knows it is in ('ready' or 'wait'; nil = unknown), so a host staying put costs
 -- one command instead of two.
 local function host_place(h, hs, now, known)
-  local head = redis.call('ZRANGE', hqkey(h), 0, 0, 'WITHSCORES')
-  if #head == 0 then
+  local band = host_head_band(h)
+  if not band then
     redis.call('ZREM', K_HREADY, h)
     redis.call('ZREM', K_HWAIT, h)
     return
   end
   local due = host_due(hs, now)
   if due == 0 then
-    local band = math.floor(tonumber(head[2]) / BAND)
     redis.call('ZADD', K_HREADY, string.format('%.0f', band * BAND + n0(hs.lr)), h)
     if known ~= 'ready' then redis.call('ZREM', K_HWAIT, h) end
     hready_maybe, gate_maybe = true, true
@@ -145,18 +216,27 @@ end
 -- order collected (at the front: as if pushed one by one, the last one first), then place each host.
 local function host_flush(batch, front, now)
   if batch.n == 0 then return end
-  local seq = redis.call('HINCRBY', K_HCFG, 'seq', batch.n) - batch.n
+  legacy_queues() -- marks the layout before its first list is written
   redis.call('HINCRBY', K_HCFG, 'nq', batch.n)
+  local push = front and 'LPUSH' or 'RPUSH'
   for _, h in ipairs(batch.order) do
-    local items, args = batch.items[h], {}
+    local items, by_band, bands = batch.items[h], {}, {}
     for j = 1, #items, 2 do
-      seq = seq + 1
-      local base = (1000 - tonumber(items[j])) * BAND + HALF
-      args[#args + 1] = string.format('%.0f', front and base - seq or base + seq)
-      args[#args + 1] = items[j + 1]
+      local band = string.format('%d', 1000 - tonumber(items[j]))
+      local ids = by_band[band]
+      if not ids then
+        ids = {}
+        by_band[band] = ids
+        bands[#bands + 1] = band
+      end
+      ids[#ids + 1] = items[j + 1]
     end
-    for j = 1, #args, 2000 do
-      redis.call('ZADD', hqkey(h), unpack(args, j, math.min(j + 1999, #args)))
+    for _, band in ipairs(bands) do
+      local ids = by_band[band]
+      for j = 1, #ids, 2000 do
+        redis.call(push, hlkey(band, h), unpack(ids, j, math.min(j + 1999, #ids)))
+      end
+      redis.call('ZADD', hbkey(h), band, band)
     end
     redis.call('SADD', K_HOSTS, h)
     host_place(h, host_load(h), now)
@@ -257,14 +337,14 @@ local function host_pop(now, mode, first)
     local hs = host_load(h)
     -- hready is kept by the events that change a host, but a limit lowered since (or a count
     -- changed by a concurrent path of this script) is checked again at the pop.
-    local popped = host_due(hs, now) == 0 and redis.call('ZPOPMIN', hqkey(h)) or {}
-    if #popped == 0 then
+    local id, counted
+    if host_due(hs, now) == 0 then id, counted = host_take(h) end
+    if not id then
       host_place(h, hs, now)
     else
-      redis.call('HINCRBY', K_HCFG, 'nq', -1)
-      local id = popped[1]
       local st, payload = load(id)
       if st and st.s == 'q' and st.h == h then
+        if not counted then redis.call('HINCRBY', K_HCFG, 'nq', -1) end
         if mode == 'd' then
           host_out(h, now, 'd', hs, 'ready') -- popped from hready: it is filed there
         else

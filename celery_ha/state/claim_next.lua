@@ -9,7 +9,7 @@
   KEYS[10] stats
   KEYS[11] wake (a token when a pop stopped at stale band entries: a blocked claim_next retries)
   KEYS[12] hist (the wait histogram counts the claim)
-  Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority> and the host gate's keys (_hosts.lua: h, hq, hcfg,
+  Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority> and the host gate's keys (_hosts.lua: h, hb, hl, hq, hcfg,
     hosts, hready, hwait) it may touch are
     named from ARGV[1], the prefix every KEYS entry starts with (its {hash tag} included), so they
     share KEYS[1]'s slot (_common checks it).

@@ -12,7 +12,7 @@
   KEYS[12] hist (the runtime histogram counts the completion, the wait histogram the claim)
   KEYS[13] items (hash: item key -> item JSON)
   KEYS[14] itemlog (list: item keys in commit order)
-  Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority>, the host gate's keys (_hosts.lua: h, hq, hcfg,
+  Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority>, the host gate's keys (_hosts.lua: h, hb, hl, hq, hcfg,
     hosts, hready, hwait), the refetch schedule's (_refetch.lua: sched, refetch) and the bucket that
     remembers a dedup id with its completion hour (_remembered.lua: d:<3 chars> or d:~; its bit in
     the bitmap dk) it may touch are

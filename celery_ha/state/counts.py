@@ -12,6 +12,7 @@ from typing import Any
 
 import redis
 
+from celery_ha.state.host_queues import host_queue_ids
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.record_store import read_records
 from celery_ha.state.records import decode_head
@@ -96,6 +97,26 @@ def ready_ids(client: redis.Redis, k: QueueKeys) -> list[str]:
         if isinstance(band, bytes):
             band = band.decode()
         out.extend(live_band_ids(client, k, band, client.lrange(k.ready_list(band), 0, -1)))
-    for host in sorted(client.smembers(k.hosts)):
-        out.extend(client.zrange(k.host_queue(host), 0, -1))
+    for host in sorted(_text(h) for h in client.smembers(k.hosts)):
+        ids = host_queue_ids(client, k, host)
+        out.extend(live_host_ids(client, k, host, ids))
     return out
+
+
+def live_host_ids(client: redis.Redis, k: QueueKeys, host: str, ids: list[str]) -> list[str]:
+    """The live entries among ``ids`` read from ``host``'s queue: each id whose record is queued for
+    that host, once (stale list entries are skipped by the pop, ``host_pop`` in ``_hosts.lua``)."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for tid, raw in zip(ids, read_records(client, k, ids) if ids else [], strict=True):
+        if tid in seen or not raw:
+            continue
+        st = decode_head(_text(raw).partition("\n")[0])
+        if st.get("s") == "q" and st.get("h") == host:
+            seen.add(tid)
+            out.append(tid)
+    return out
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -16,7 +16,7 @@
     moved it into the buckets of _remembered.lua)
   KEYS[10] stats
   KEYS[11] wake (one token per created task, for blocked claim_next callers)
-  Same slot: the record buckets and their geometry (_records.lua: t:<i>, tg), the ready lists r:<priority>, the host gate's keys (_hosts.lua: h, hq, hcfg,
+  Same slot: the record buckets and their geometry (_records.lua: t:<i>, tg), the ready lists r:<priority>, the host gate's keys (_hosts.lua: h, hb, hl, hq, hcfg,
     hosts, hready, hwait) it may touch, the refetch index (_refetch.lua: a finished id queued
     again leaves it), the buckets of remembered ids (_remembered.lua: d:<3 chars>, d:~) and the
     0.1 releases' dedup set `seen` (read while the sweep moves it) are named from ARGV[1],

@@ -9,7 +9,7 @@
     it finished: a replay repeats a request, it never asks for a recrawl.
   KEYS[10] stats
   KEYS[11] wake (one token per created task, for blocked claim_next callers)
-  Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority>, the host gate's keys (_hosts.lua: h, hq, hcfg,
+  Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority>, the host gate's keys (_hosts.lua: h, hb, hl, hq, hcfg,
     hosts, hready, hwait) it may touch, the buckets of remembered ids (_remembered.lua: d:<3 chars>,
     d:~) and the 0.1 releases' dedup set `seen` are named from ARGV[1], the prefix every KEYS entry starts with
     (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).

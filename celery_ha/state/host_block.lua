@@ -2,7 +2,7 @@
   Retry-After, a 429/503 without one, a refusal at fetch time). Its queued tasks stay queued and cost
   no worker slot; tasks already running are not touched.
   KEYS: the task-state layout (_common); none is touched but through the prefix.
-  Same slot: the host gate's keys (_hosts.lua: h, hq, hcfg,
+  Same slot: the host gate's keys (_hosts.lua: h, hb, hl, hq, hcfg,
     hosts, hready, hwait) are named from ARGV[1], the prefix every KEYS entry
     starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix

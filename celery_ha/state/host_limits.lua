@@ -1,7 +1,7 @@
 --[[ Set a host's politeness limits (overrides of the namespace defaults), or the defaults, and switch
   the namespace's host gate on (enqueue then queues a task with a host in its host's queue).
   KEYS: the task-state layout (_common); none is touched but through the prefix.
-  Same slot: the host gate's keys (_hosts.lua: h, hq, hcfg,
+  Same slot: the host gate's keys (_hosts.lua: h, hb, hl, hq, hcfg,
     hosts, hready, hwait) are named from ARGV[1], the prefix every KEYS entry
     starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix

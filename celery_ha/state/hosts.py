@@ -11,13 +11,15 @@ Design (the Lua side is ``_hosts.lua``, included by every task-state script thro
   (``hcfg`` field ``on``). While it is off a task records no host and goes to its priority band,
   exactly as without a gate (the scripts pay one nil check, and dispatch/claim one EXISTS per call).
   While it is on, a new task with a host key records it (``"h"`` in the record's state part) and
-  waits in its host's queue ``hq:<host>``; tasks queued before the gate was on stay in their bands.
+  waits in its host's queue (a list per band, ``hl:<band>:<host>``); tasks queued before the gate was
+  on stay in their bands.
 * **Per host** (``h:<host>``): limits — a rate ``N/S`` (kept as the spacing ``S/N`` between two
   hand-outs, so no window of ``S`` seconds ever holds more than ``N``), a delay, a concurrency and a
   budget, each an override of the namespace default (``hcfg``), plus the robots.txt Crawl-delay —
   and state: tasks active (dispatched + running) and dispatched (unclaimed), hand-outs used against
   the budget, next eligible time and blocked-until (Redis clock), backoff level, block reason, done
-  and dead counters. The queued count is the size of its queue.
+  and dead counters. The queued count is the size of its queue (stale entries included until a pop
+  skips them).
 * **Eligible now** = not blocked, past its next eligible time, under its concurrency and budget,
   and, when paced (a spacing > 0), no message of it still unclaimed: its next hand-out is timed from
   the claim, so the starts a site sees are spaced by at least the spacing however long a message
@@ -27,7 +29,7 @@ Design (the Lua side is ``_hosts.lua``, included by every task-state script thro
   more budget; each such event files the host again).
 * **Dispatch and claim_next** pop the best of the ready bands (ungated tasks) and ``hready``'s first
   host (``pop_best`` in ``_common.lua``): the higher priority first, on a tie they take turns. A
-  popped host hands out its best task (ZPOPMIN of its queue), its next eligible time moves one
+  popped host hands out its best task (LPOP of its best band's list), its next eligible time moves one
   spacing on, and it is filed again: back in ``hready`` behind every equal host (round robin), or in
   ``hwait``. Each hand-out costs O(log hosts + log tasks of the host); ``hwait``'s due hosts move to
   ``hready`` in bounded batches. A host that is not eligible keeps its tasks queued: they cost no
@@ -51,6 +53,7 @@ from typing import Any
 from celery_ha.base.errors import InvalidInput
 from celery_ha.base.hosts import check_host_key, check_key_mode, host_of_url, mode_key
 from celery_ha.base.validation import MAX_ERROR_CHARS, check_int, check_number, clean_message, parse_rate
+from celery_ha.state.host_queues import host_queue_lengths
 from celery_ha.state.shards import shard_of
 
 #: Marks an argument of :meth:`HostGate.set` left out (None clears an override instead).
@@ -311,12 +314,16 @@ class HostGate:
             chunk = hosts[at:at + 500]
             pipe = client.pipeline(transaction=False)
             for h in chunk:
-                prefix = self.queue._shards[self._shard(h)].prefix
-                pipe.hgetall(prefix + "h:" + h)
-                pipe.zcard(prefix + "hq:" + h)
-            replies = pipe.execute()
+                pipe.hgetall(self.queue._shards[self._shard(h)].host_state(h))
+            states = pipe.execute()
+            queued = [0] * len(chunk)
+            for shard in {self._shard(h) for h in chunk}:
+                at_shard = [j for j, h in enumerate(chunk) if self._shard(h) == shard]
+                lengths = host_queue_lengths(client, self.queue._shards[shard], [chunk[j] for j in at_shard])
+                for j, n in zip(at_shard, lengths, strict=True):
+                    queued[j] = n
             for j, h in enumerate(chunk):
-                out.append(_info(h, replies[2 * j], int(replies[2 * j + 1]), defaults[self._shard(h)], now))
+                out.append(_info(h, states[j], queued[j], defaults[self._shard(h)], now))
         return out
 
 

@@ -73,8 +73,17 @@ class QueueKeys:
         return f"{self.prefix}r:{priority}"
 
     def host_queue(self, host: str) -> str:
-        """Zset of one host's queued ids (must match hqkey() in _hosts.lua)."""
+        """Zset of one host's queued ids as an earlier release kept them, read until it is drained
+        (must match hqkey() in _hosts.lua)."""
         return f"{self.prefix}hq:{host}"
+
+    def host_bands(self, host: str) -> str:
+        """Zset of the bands (1000 - priority) one host has queued ids in (hbkey() in _hosts.lua)."""
+        return f"{self.prefix}hb:{host}"
+
+    def host_list(self, band: int | str, host: str) -> str:
+        """List of one host's queued ids of one band, oldest first (hlkey() in _hosts.lua)."""
+        return f"{self.prefix}hl:{band}:{host}"
 
     def host_state(self, host: str) -> str:
         """Hash of one host's limits and state (must match hkey() in _hosts.lua)."""

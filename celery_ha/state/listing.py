@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from celery_ha.base.errors import InvalidInput
 from celery_ha.base.validation import check_int, check_task_name, check_text, parse_duration
 from celery_ha.state.counts import live_band_ids
+from celery_ha.state.host_queues import host_queue_parts, read_part
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.records import TaskInfo
 from celery_ha.state.taskqueue import TaskQueue
@@ -72,17 +73,16 @@ def _queued(q: TaskQueue, k: QueueKeys, skip: int, count: int, out: list[str]) -
     while first < len(hosts):
         chunk = hosts[first:first + size]
         first, size = first + size, min(size * 2, SCAN_PAGE)
-        pipe = q.client.pipeline(transaction=False)
-        for host in chunk:
-            pipe.zcard(k.host_queue(host))
-        for host, length in zip(chunk, pipe.execute(), strict=True):
-            if skip >= length:
-                skip -= length
-                continue
-            out.extend(q.client.zrange(k.host_queue(host), skip, skip + count - len(out) - 1))
-            skip = 0
-            if len(out) >= count:
-                return skip
+        for parts in host_queue_parts(q.client, k, chunk):
+            for part in parts:
+                length = part[1]
+                if skip >= length:
+                    skip -= length
+                    continue
+                out.extend(read_part(q.client, part, skip, skip + count - len(out) - 1))
+                skip = 0
+                if len(out) >= count:
+                    return skip
     return skip
 
 

@@ -10,6 +10,7 @@ import redis
 
 from celery_ha import InvalidInput, TaskQueue
 from celery_ha.base.hosts import registered_domain
+from celery_ha.state.host_queues import host_queue_ids
 from tests.support.invariants import check_invariants
 
 
@@ -56,7 +57,7 @@ def test_registered_domain_mode_puts_subdomains_behind_one_gate(gq: TaskQueue, r
     own = gq.enqueue("http://d.example.test/4", host="d.example.test")  # host= wins in every mode
     assert [gq.get(t).host for t in (a, b, other, own)] == [
         "example.test", "example.test", "other.test", "d.example.test"]
-    assert r.zrange(gq.keys.host_queue("example.test"), 0, -1) == [a, b]
+    assert host_queue_ids(r, gq.keys, "example.test") == [a, b]
     # One slot for the whole domain: a and b never run at once.
     leases = claim_all(gq)
     assert sorted(lease.task_id for lease in leases) == sorted([a, other, own])
@@ -88,7 +89,7 @@ def test_a_process_that_read_an_old_mode_makes_its_keys_again(redis_url: str, r:
     ids = writer.enqueue_many([f"http://s{i}.example.test/p" for i in range(5)], batch_size=2)
     assert {writer.get(t).host for t in ids} == {"example.test"}
     assert writer._key_mode == "registered-domain"
-    assert len(r.zrange(writer.keys.host_queue("example.test"), 0, -1)) == 5
+    assert len(host_queue_ids(r, writer.keys, "example.test")) == 5
     check_invariants(r, writer)
 
 
@@ -97,5 +98,5 @@ def test_a_sharded_namespace_places_a_domain_on_one_shard(redis_url: str, r: red
     sq.hosts.set_mode("registered-domain")
     ids = sq.enqueue_many([f"http://h{i}.example.test/p" for i in range(12)])
     shard = sq._shards[sq.hosts._shard("example.test")]
-    assert sorted(r.zrange(shard.prefix + "hq:example.test", 0, -1)) == sorted(ids)
+    assert sorted(host_queue_ids(r, shard, "example.test")) == sorted(ids)
     assert len(claim_all(sq)) == 12

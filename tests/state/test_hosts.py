@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from celery_ha import InvalidInput, TaskQueue
+from celery_ha.state.host_queues import host_queue_ids
 from celery_ha.state.shards import shard_of
 from tests.support.invariants import check_hosts, check_invariants
 from tests.support.polling import wait_until
@@ -53,7 +54,7 @@ def test_host_key_defaults_to_the_url_host_and_port_and_can_be_overridden(
     c = gq.enqueue("http://c.example/z", host="Site-7")
     d = gq.enqueue("http://d.example/z", host="")
     assert [gq.get(t).host for t in (a, b, c, d)] == ["a.example:8080", "b.example", "site-7", None]
-    assert r.zrange(gq.keys.host_queue("a.example:8080"), 0, -1) == [a]
+    assert host_queue_ids(r, gq.keys, "a.example:8080") == [a]
     assert r.lrange(gq.keys.ready_list(0), 0, -1) == [d]  # opted out: its band, as without a gate
     assert gq.stats()["queued"] == 4
     check_invariants(r, gq)
@@ -169,7 +170,7 @@ def test_a_dispatched_task_of_a_host_blocked_since_gets_no_lease_and_queues_agai
     assert gq.claim(sent.task_id, "w") is None  # the message is dropped
     info = gq.get(sent.task_id)
     assert (info.state, info.attempts, info.stalls) == ("queued", 0, 0)
-    assert r.zrange(gq.keys.host_queue("a.example"), 0, -1) == [sent.task_id]
+    assert host_queue_ids(r, gq.keys, "a.example") == [sent.task_id]
     check_invariants(r, gq)
     gq.hosts.unblock("a.example")
     assert gq.claim(sent.task_id, "w") is not None
@@ -246,10 +247,10 @@ def test_a_retry_and_a_redrive_and_a_recrawl_queue_in_the_host_queue_again(
     assert lease.task_id == tid and lease.task.host == "a.example"
     gq.fail(lease, "boom", retry=False)
     assert gq.redrive(tid) == 1
-    assert r.zrange(gq.keys.host_queue("a.example"), 0, -1) == [tid]
+    assert host_queue_ids(r, gq.keys, "a.example") == [tid]
     gq.complete(gq.claim_next("w"))
     assert gq.recrawl([tid]) == {tid: "queued"}
-    assert r.zrange(gq.keys.host_queue("a.example"), 0, -1) == [tid]
+    assert host_queue_ids(r, gq.keys, "a.example") == [tid]
     check_invariants(r, gq)
     info = gq.hosts.get("a.example")
     assert info.done == 1 and info.dead == 1
@@ -294,7 +295,7 @@ def test_a_sharded_namespace_keeps_each_host_on_one_shard(redis_url: str, r: red
     ids = q.enqueue_many([u for h in hosts for u in urls(h, 5)])
     for h in hosts:
         shard = shard_of(h, 4)
-        assert r.zcard(q.shard_keys()[shard].host_queue(h)) == 5
+        assert len(host_queue_ids(r, q.shard_keys()[shard], h)) == 5
     assert all(shard_of(t, 4) == shard_of(q.get(t).host, 4) for t in ids)
     assert q.enqueue_many([u for h in hosts for u in urls(h, 5)]) == ids  # dedup ids are stable
     q.hosts.set("h0.example", concurrency=1)

@@ -7,8 +7,9 @@ from collections import Counter
 import redis
 
 from celery_ha.state import TaskQueue
-from celery_ha.state.counts import live_band_ids
+from celery_ha.state.counts import live_band_ids, live_host_ids
 from celery_ha.state.done_times import count_remembered
+from celery_ha.state.host_queues import host_queue_ids
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.record_store import all_records
 from celery_ha.state.records import decode_head
@@ -45,7 +46,7 @@ def membership(r: redis.Redis, q: TaskQueue) -> dict[str, list[str]]:
     for band in r.zrange(k.ready_bands, 0, -1):
         out["ready"].extend(live_band_ids(r, k, band, r.lrange(k.ready_list(band), 0, -1)))
     for host in sorted(r.smembers(k.hosts)):
-        out["ready"].extend(r.zrange(k.host_queue(host), 0, -1))
+        out["ready"].extend(live_host_ids(r, k, host, host_queue_ids(r, k, host)))
     for name, key in (("inflight", k.inflight), ("running", k.running), ("delayed", k.delayed),
                       ("dead", k.dead), ("completed", k.completed)):
         out[name] = r.zrange(key, 0, -1)
@@ -119,14 +120,15 @@ def check_hosts(r: redis.Redis, q: TaskQueue) -> None:
     total = 0
     infos = {i.host: i for i in q.hosts.list()} if hosts else {}
     for host in hosts:
-        in_queue = set(r.zrange(k.host_queue(host), 0, -1))
+        entries = host_queue_ids(r, k, host)  # stale entries included (a pop skips them)
+        in_queue = set(live_host_ids(r, k, host, entries))
         total += len(in_queue)
         assert in_queue == queued.get(host, set()), f"host {host}: queue {in_queue} vs {queued.get(host)}"
         hs = r.hgetall(k.host_state(host))
         assert int(hs.get("a", 0)) == active[host], f"host {host}: active {hs.get('a')} vs {active[host]}"
         assert int(hs.get("d", 0)) == dispatched[host], f"host {host}: dispatched {hs.get('d')}"
         filed = (host in ready) + (host in waiting)
-        assert filed == (1 if in_queue else 0), f"host {host} ({len(in_queue)} queued) filed {filed} times"
+        assert filed == (1 if entries else 0), f"host {host} ({len(entries)} entries) filed {filed} times"
         if host in ready:
             assert infos[host].state == "ready", f"host {host} is filed eligible but is {infos[host].state}"
     assert int(r.hget(k.host_config, "nq") or 0) == total, "the gated queued count drifted"

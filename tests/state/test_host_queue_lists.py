@@ -1,0 +1,103 @@
+"""The host gate's queues as lists (one per host and band, ``_hosts.lua``) against a real Redis: their
+layout, the stale entry a direct claim or a cancel leaves, and a namespace whose host queues an
+earlier release wrote as sorted sets (``hq:<host>``), drained first within their band while new work
+goes to lists. Every test checks the gate's books against the records (``check_invariants``)."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from celery_ha import TaskQueue
+from celery_ha.state.host_queues import host_queue_ids
+from celery_ha.state.keys import QueueKeys
+from tests.support.invariants import check_invariants
+
+
+@pytest.fixture
+def gq(redis_url: str) -> TaskQueue:
+    return TaskQueue.from_url(redis_url, lease_ttl=30, host_gate=True)
+
+
+def claimed_ids(gq: TaskQueue) -> list[str]:
+    out = []
+    while (lease := gq.claim_next("w")) is not None:
+        out.append(lease.task_id)
+    return out
+
+
+def as_earlier_release(r: redis.Redis, k: QueueKeys, hosts: list[str]) -> None:
+    """Rewrite the hosts' queues as an earlier release kept them: one sorted set per host, score =
+    band * 1e12 + 5e11 + seq (FIFO within a band), no list layout marked in hcfg."""
+    seq = 0
+    for host in hosts:
+        for band in r.zrange(k.host_bands(host), 0, -1):
+            for tid in r.lrange(k.host_list(band, host), 0, -1):
+                seq += 1
+                r.zadd(k.host_queue(host), {tid: int(band) * 10**12 + 5 * 10**11 + seq})
+            r.delete(k.host_list(band, host))
+        r.delete(k.host_bands(host))
+    r.hdel(k.host_config, "hl", "lq")
+    r.hset(k.host_config, "seq", seq)
+
+
+def test_a_host_queue_is_a_list_per_band_handed_out_best_band_first_then_oldest_first(
+        gq: TaskQueue, r: redis.Redis) -> None:
+    low = gq.enqueue_many([f"http://a.example/p/{i}" for i in range(300)])
+    high = gq.enqueue_many([f"http://a.example/h/{i}" for i in range(2)], priority=5)
+    k = gq.keys
+    assert r.type(k.host_list(1000, "a.example")) == "list"
+    assert r.lrange(k.host_list(1000, "a.example"), 0, -1) == low
+    assert r.lrange(k.host_list(995, "a.example"), 0, -1) == high
+    assert r.zrange(k.host_bands("a.example"), 0, -1) == ["995", "1000"]
+    assert not r.exists(k.host_queue("a.example"))
+    assert gq.hosts.get("a.example").queued == 302 and gq.stats()["queued"] == 302
+    assert [gq.claim_next("w").task_id for _ in range(3)] == [*high, low[0]]
+    assert r.zrange(k.host_bands("a.example"), 0, -1) == ["1000"]  # its emptied band left the index
+    check_invariants(r, gq)
+    assert claimed_ids(gq) == low[1:]
+    assert not r.exists(k.host_bands("a.example"), k.host_list(1000, "a.example"))
+    assert r.hget(k.host_config, "nq") == "0"
+    check_invariants(r, gq)
+
+
+def test_a_cancel_or_a_direct_claim_leaves_a_stale_entry_that_the_pop_skips(
+        gq: TaskQueue, r: redis.Redis) -> None:
+    ids = gq.enqueue_many([f"http://a.example/p/{i}" for i in range(5)])
+    gq.cancel(ids[1], reason="not wanted")
+    direct = gq.claim(ids[3], "w")
+    assert direct is not None
+    stats = gq.stats()
+    assert stats["queued"] == 3 and stats["running"] == 1 and stats["dead"] == 1
+    assert r.llen(gq.keys.host_list(1000, "a.example")) == 5  # the two stay until a pop meets them
+    check_invariants(r, gq)
+    assert claimed_ids(gq) == [ids[0], ids[2], ids[4]]
+    assert not r.exists(gq.keys.host_list(1000, "a.example"))
+    assert gq.stats()["queued"] == 0 and r.hget(gq.keys.host_config, "nq") == "0"
+    gq.complete(direct)
+    check_invariants(r, gq)
+
+
+def test_the_host_queues_of_an_earlier_release_are_drained_first_within_their_band(
+        gq: TaskQueue, r: redis.Redis) -> None:
+    a_old = gq.enqueue_many([f"http://a.example/old/{i}" for i in range(4)])
+    a_old_high = gq.enqueue("http://a.example/old/high", priority=5)
+    b_old = gq.enqueue_many([f"http://b.example/old/{i}" for i in range(2)])
+    as_earlier_release(r, gq.keys, ["a.example", "b.example"])
+    assert r.type(gq.keys.host_queue("a.example")) == "zset"
+    check_invariants(r, gq)
+    # New work goes to lists; the earlier release's zsets are counted once, as they are left.
+    a_new = gq.enqueue_many([f"http://a.example/new/{i}" for i in range(2)])
+    a_new_top = gq.enqueue("http://a.example/new/top", priority=9)
+    assert r.hget(gq.keys.host_config, "lq") == "7" and r.hget(gq.keys.host_config, "hl") == "1"
+    assert r.llen(gq.keys.host_list(1000, "a.example")) == 2
+    assert gq.stats()["queued"] == 10 and gq.hosts.get("a.example").queued == 8
+    gq.cancel(a_old[2], reason="not wanted")  # out of the zset: counted down at once
+    assert r.hget(gq.keys.host_config, "lq") == "6" and gq.stats()["queued"] == 9
+    check_invariants(r, gq)
+    order = claimed_ids(gq)
+    assert [t for t in order if t in b_old] == b_old
+    assert [t for t in order if t not in b_old] == [a_new_top, a_old_high, a_old[0], a_old[1], a_old[3], *a_new]
+    assert r.hget(gq.keys.host_config, "lq") == "0" and r.hget(gq.keys.host_config, "nq") == "0"
+    assert not r.keys(gq.keys.prefix + "hq:*")
+    check_invariants(r, gq)

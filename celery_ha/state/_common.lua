@@ -40,7 +40,8 @@
   object of string values of earlier releases, which starts with '{' (a compact head never does)
   and is read as before: records of earlier releases stay readable and are written compact at
   their next write. Fields at their default are left out: n (the task name) when it is fetch_page,
-  ma and ms (max_attempts, max_stalls) when they are 3.
+  ma and ms (max_attempts, max_stalls) when they are 3, and h (the host gate's key) when it is the
+  host the bare-URL payload names as written: the compact head then starts with '~' (payload_host).
   One-letter states (st.s): q queued, d dispatched, r running, w delayed, c completed, x dead (in a
   compact head, Q D R W C X for a dedup task's).
   Timestamps in the state part (ms, Redis clock): ct created, ut last transition (for a running task:
@@ -133,6 +134,19 @@ end
 
 -- A stored record -> (state table, payload string). A head starting with '{' is the JSON object of
 -- earlier releases (or of a state the compact head cannot hold); any other is the compact head.
+-- The host a bare-URL payload names: what follows '//' up to the path, query or fragment, as
+-- written ('//host/p', the https form, or 'scheme://host/p'); nil for a JSON payload. A record whose
+-- host key is exactly that leaves it out and starts with HOST_MARK instead (encode, decode): the
+-- host gate's key is the URL's host for most tasks, ~20 bytes a record. records.py's payload_host
+-- reads the same text the same way.
+local HOST_MARK = 126 -- '~'
+local function payload_host(payload)
+  local first = string.byte(payload, 1)
+  if first == 47 then return string.match(payload, '^//([^/?#]*)') end
+  if first == 123 then return nil end
+  return string.match(payload, '^%a[%w+.-]*://([^/?#]*)')
+end
+
 local function decode(raw)
   local st, nl
   if string.byte(raw, 1) == 123 then
@@ -148,7 +162,8 @@ local function decode(raw)
     if not st.n then st.n = DEFAULT_TASK end
   else
     local s, ct, dd, n, p, h, ma, ms, ut, k, w, qt, rest
-    s, ct, dd, n, p, h, ma, ms, ut, k, w, qt, rest, nl = string.match(raw, HEAD_HOT)
+    local marked = string.byte(raw, 1) == HOST_MARK
+    s, ct, dd, n, p, h, ma, ms, ut, k, w, qt, rest, nl = string.match(raw, HEAD_HOT, marked and 2 or 1)
     local low = DD_DOWN[s]
     if low then s, dd = low, '1' end -- a dedup task's letter (the dd field of earlier heads: as is)
     st = {s = s ~= '' and s or nil, ct = ct ~= '' and ct or nil, dd = dd ~= '' and dd or nil,
@@ -156,6 +171,11 @@ local function decode(raw)
           ma = ma ~= '' and ma or nil, ms = ms ~= '' and ms or nil, ut = ut ~= '' and ut or nil,
           k = k ~= '' and k or nil, w = w ~= '' and w or nil, qt = qt ~= '' and qt or nil}
     if rest ~= '' then head_rest(st, rest) end
+    if marked then
+      local payload = string.sub(raw, nl + 1)
+      st.h = payload_host(payload)
+      return st, payload
+    end
   end
   return st, string.sub(raw, nl + 1)
 end
@@ -211,12 +231,14 @@ local function encode(st, payload)
     return head .. '\n' .. payload
   end
   if dd == '1' and DD_UP[s] then s, dd = DD_UP[s], nil end -- the dedup flag in the state letter
+  local mark = ''
+  if h and h == payload_host(payload) then mark, h = '~', nil end -- the URL's own host (HOST_MARK)
   local last = qt and 12 or w and 11 or k and 10 or ut and 9 or ms and 8 or ma and 7 or h and 6
     or p and 5 or n and 4 or dd and 3 or ct and 2 or 1
   local head = (s or '') .. '\31' .. (ct or '') .. '\31' .. (dd or '') .. '\31' .. (n or '') .. '\31'
     .. (p or '') .. '\31' .. (h or '') .. '\31' .. (ma or '') .. '\31' .. (ms or '') .. '\31' .. (ut or '')
     .. '\31' .. (k or '') .. '\31' .. (w or '') .. '\31' .. (qt or '')
-  return string.sub(head, 1, #head - 12 + last) .. '\n' .. payload
+  return mark .. string.sub(head, 1, #head - 12 + last) .. '\n' .. payload
 end
 
 -- Write a record back; returns it (a lease's reply carries it without encoding it twice).

@@ -15,7 +15,7 @@ import redis
 from celery_ha.state.host_queues import host_queue_ids
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.record_store import read_records
-from celery_ha.state.records import decode_head
+from celery_ha.state.records import decode_head, decode_state
 
 #: Lifetime counters always present in ``stats()`` (0 until the first event), in display order.
 COUNTERS = ("enqueued", "duplicates", "claimed", "failed", "retried", "reclaimed", "released",
@@ -111,7 +111,7 @@ def live_host_ids(client: redis.Redis, k: QueueKeys, host: str, ids: list[str]) 
     for tid, raw in zip(ids, read_records(client, k, ids) if ids else [], strict=True):
         if tid in seen or not raw:
             continue
-        st = decode_head(_text(raw).partition("\n")[0])
+        st = decode_state(_text(raw))
         if st.get("s") == "q" and st.get("h") == host:
             seen.add(tid)
             out.append(tid)

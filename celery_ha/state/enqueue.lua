@@ -151,13 +151,15 @@ while i <= #ARGV do
     else
       fresh[id] = true
       local host = gate and ARGV[i + 2] ~= '' and ARGV[i + 2] or nil
-      local head_of = head
-      if host or run ~= st then
+      local record
+      if host or run ~= st then -- encoded with its payload: a host the URL names is left out of it
         run.h = host
-        head_of = encode(run, '')
+        record = encode(run, ARGV[i + 1])
         run.h = nil
+      else
+        record = head .. ARGV[i + 1]
       end
-      rec_set(id, head_of .. ARGV[i + 1])
+      rec_set(id, record)
       band_add(queued, p, id, host)
       created = created + 1
       reply[#reply + 1] = '1'

@@ -48,13 +48,13 @@ while i <= #ARGV do
       if dd == '1' then duplicates = duplicates + 1 end
     else
       local host = gate and ARGV[i + 2] ~= '' and ARGV[i + 2] or nil
-      local head_of = head
-      if host then
+      local record = head .. ARGV[i + 1]
+      if host then -- encoded with its payload: a host the URL names is left out of it
         st.h = host
-        head_of = encode(st, '')
+        record = encode(st, ARGV[i + 1])
         st.h = nil
       end
-      rec_set(id, head_of .. ARGV[i + 1])
+      rec_set(id, record)
       band_add(queued, p, id, host)
       created = created + 1
       reply[#reply + 1] = '1'

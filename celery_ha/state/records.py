@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple
@@ -88,7 +89,8 @@ class TaskInfo:
                    else {"u": body} if body else _EMPTY)
         if head[:1] == "{":
             return cls._parse_json(task_id, _loads(head), payload)
-        f = head.split(HEAD_SEP)
+        marked = head[:1] == HOST_MARK
+        f = (head[1:] if marked else head).split(HEAD_SEP)
         if len(f) < _N_FIELDS:
             f += _PADDING[len(f):]
         # The order of HEAD_FIELDS.
@@ -116,7 +118,7 @@ class TaskInfo:
             due_at=float(due) / 1000.0 if due else None,
             dedup=dedup,
             trace=payload.get("t"),
-            host=h or None,
+            host=payload_host(body) if marked else h or None,
             refetch_every=int(iv) / 1000.0 if iv else None,
             signature=sg or None,
         )
@@ -179,17 +181,47 @@ _N_FIELDS = len(HEAD_FIELDS)
 _PADDING = [""] * _N_FIELDS
 
 
+#: A compact head that starts with it leaves the host key out: it is the host its bare-URL payload
+#: names (HOST_MARK and payload_host of _common.lua).
+HOST_MARK = "~"
+_PAYLOAD_HOST = re.compile(r"(?://|[A-Za-z][A-Za-z0-9+.\-]*://)([^/?#]*)")
+
+
+def payload_host(payload: str) -> str | None:
+    """The host a bare-URL payload names, as written (``payload_host`` of _common.lua)."""
+    if payload[:1] == "{":
+        return None
+    match = _PAYLOAD_HOST.match(payload)
+    return match.group(1) if match else None
+
+
 def decode_head(head: str) -> dict[str, str]:
     """The state part of a record (its first line), compact or JSON, as the JSON head holds it:
     field -> string, the task name left out at its default, a dedup task's lower-case letter and
-    dd "1" (a position past HEAD_FIELDS, a later release's, is named by its 1-based number)."""
+    dd "1" (a position past HEAD_FIELDS, a later release's, is named by its 1-based number). A head
+    that leaves the host key to its payload (HOST_MARK) gives ``h`` as HOST_MARK: :func:`decode_state`
+    reads the whole record and gives the host."""
     if head[:1] == "{":
         return _loads(head)
+    marked = head[:1] == HOST_MARK
     st = {HEAD_FIELDS[j] if j < _N_FIELDS else str(j + 1): value
-          for j, value in enumerate(head.split(HEAD_SEP)) if value}
+          for j, value in enumerate((head[1:] if marked else head).split(HEAD_SEP)) if value}
+    if marked:
+        st["h"] = HOST_MARK
     low = _UNFOLD.get(st.get("s", ""))
     if low is not None:
         st["s"], st["dd"] = low, "1"
+    return st
+
+
+def decode_state(raw: str) -> dict[str, str]:
+    """The state part of a whole record (head and payload), the host key given in full."""
+    head, _, payload = raw.partition("\n")
+    st = decode_head(head)
+    if st.get("h") == HOST_MARK:
+        host = payload_host(payload)
+        if host:
+            st["h"] = host
     return st
 
 

@@ -1,7 +1,8 @@
-"""The host gate's queues as lists (one per host and band, ``_hosts.lua``) against a real Redis: their
-layout, the stale entry a direct claim or a cancel leaves, and a namespace whose host queues an
-earlier release wrote as sorted sets (``hq:<host>``), drained first within their band while new work
-goes to lists. Every test checks the gate's books against the records (``check_invariants``)."""
+"""The host gate's compact layout against a real Redis: a host's queue as lists (one per host and
+band, ``_hosts.lua``), the stale entry a direct claim or a cancel leaves, a namespace whose host
+queues an earlier release wrote as sorted sets (``hq:<host>``), drained first within their band while
+new work goes to lists, and records that leave out the host key their URL names (``payload_host``).
+Every test checks the gate's books against the records (``check_invariants``)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import pytest
 import redis
 
 from celery_ha import TaskQueue
-from celery_ha.state.host_queues import host_queue_ids
 from celery_ha.state.keys import QueueKeys
 from tests.support.invariants import check_invariants
+from tests.support.records import raw_record
 
 
 @pytest.fixture
@@ -97,7 +98,45 @@ def test_the_host_queues_of_an_earlier_release_are_drained_first_within_their_ba
     check_invariants(r, gq)
     order = claimed_ids(gq)
     assert [t for t in order if t in b_old] == b_old
-    assert [t for t in order if t not in b_old] == [a_new_top, a_old_high, a_old[0], a_old[1], a_old[3], *a_new]
+    expected = [a_new_top, a_old_high, a_old[0], a_old[1], a_old[3], *a_new]
+    assert [t for t in order if t not in b_old] == expected
     assert r.hget(gq.keys.host_config, "lq") == "0" and r.hget(gq.keys.host_config, "nq") == "0"
     assert not r.keys(gq.keys.prefix + "hq:*")
+    check_invariants(r, gq)
+
+
+TRICKY = ["http://a.example/x", "https://b.example/y?q=1", "http://c.example:8080/z", "https://d.example:8443/",
+          "http://E.Example/Upper", "https://f.example?only=query", "http://g.example#frag",
+          "https://h.example/p?u=http://other.example/", "http://xn--bcher-kva.example/",
+          "https://i.example/s%20p", "https://j.example/\u00e9t\u00e9", "http://user@m.example/"]
+
+
+def test_a_record_leaves_out_the_host_its_url_names_and_every_reader_gets_it_back(
+        gq: TaskQueue, r: redis.Redis) -> None:
+    ids = gq.enqueue_many(TRICKY)
+    meta = gq.enqueue("http://k.example/m", meta={"depth": 2})  # a JSON payload keeps its host
+    custom = gq.enqueue("http://l.example/c", host="site-7")  # a key the URL does not name
+    hosts = {tid: gq.get(tid).host for tid in [*ids, meta, custom]}
+    assert hosts[meta] == "k.example" and hosts[custom] == "site-7"
+    assert all(hosts[tid] for tid in ids)
+    heads = {tid: raw_record(r, gq.keys, tid).partition("\n")[0] for tid in [*ids, meta, custom]}
+    marked = [tid for tid in ids if heads[tid].startswith("~")]
+    assert len(marked) >= len(ids) - 3, heads  # the URLs whose host is their key as written
+    for tid in marked:
+        assert hosts[tid] not in heads[tid]  # ~20 bytes a record less
+    assert hosts[meta] in heads[meta] and hosts[custom] in heads[custom]
+    # The Lua side reads the host back: every task is handed out by its own host's queue, and the
+    # records keep the mark through the claim and the completion.
+    for host in set(hosts.values()):
+        assert gq.hosts.get(host).queued == sum(h == host for h in hosts.values())
+    check_invariants(r, gq)
+    leases = {lease.task_id: lease for lease in iter(lambda: gq.claim_next("w"), None)}
+    assert set(leases) == set(hosts) and all(leases[t].task.host == hosts[t] for t in leases)
+    for tid in marked:
+        assert raw_record(r, gq.keys, tid).startswith("~R")
+        gq.complete(leases.pop(tid))
+        assert raw_record(r, gq.keys, tid).startswith("~C") and gq.get(tid).host == hosts[tid]
+        assert gq.hosts.get(hosts[tid]).done == 1
+    for lease in leases.values():
+        gq.complete(lease)
     check_invariants(r, gq)

@@ -12,7 +12,7 @@ from celery_ha.state.done_times import count_remembered
 from celery_ha.state.host_queues import host_queue_ids
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.record_store import all_records
-from celery_ha.state.records import decode_head
+from celery_ha.state.records import decode_head, decode_state
 
 #: state code -> the structure that must hold the id
 _STRUCTURE_OF = {"q": "ready", "d": "inflight", "r": "running", "w": "delayed", "x": "dead", "c": "completed"}
@@ -103,7 +103,7 @@ def check_hosts(r: redis.Redis, q: TaskQueue) -> None:
     active: Counter[str] = Counter()
     dispatched: Counter[str] = Counter()
     for tid, raw in _records(r, k).items():
-        st = decode_head(raw.partition("\n")[0])
+        st = decode_state(raw)
         host = st.get("h")
         if host is None:
             continue

@@ -20,7 +20,7 @@ from typing import Any
 import redis
 
 from celery_ha.redisio.cluster import is_cluster_client
-from celery_ha.state.host_queues import host_queue_parts, read_part
+from celery_ha.state.host_queues import host_queue_heads
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.record_store import read_records
 from celery_ha.state.records import decode_head
@@ -281,5 +281,4 @@ def _host_heads(client: redis.Redis, k: QueueKeys) -> list[str]:
     hosts = list(dict.fromkeys(h for part in pipe.execute() for h in part))
     if not hosts:
         return []
-    return [tid for parts in host_queue_parts(client, k, hosts) if parts
-            for tid in read_part(client, parts[0], 0, HEAD // 4 - 1)]
+    return host_queue_heads(client, k, hosts, HEAD // 4)

@@ -78,7 +78,9 @@ class CasesSpider(Spider):
     def failed(self, failure: Failure) -> None:
         request = getattr(failure, "request", None)
         self.failures.append({"url": request.url if request is not None else None,
-                              "error": failure.type.__name__ if failure.type else "?"})
+                              "error": failure.type.__name__ if failure.type else "?",
+                              "tried": list((request.meta.get(keys.TRIED) if request is not None else None)
+                                            or [])})
 
 
 class Probe:

@@ -94,17 +94,19 @@ local function hcfg_add(field, by)
   hcfg()[field] = tostring(redis.call('HINCRBY', K_HCFG, field, by))
 end
 
+-- The band of the head of host h's earlier-release zset, or nil (none left, or it has none).
+local function legacy_band(h)
+  if not legacy_queues() then return nil end
+  local head = redis.call('ZRANGE', hqkey(h), 0, 0, 'WITHSCORES')
+  if #head > 0 then return math.floor(tonumber(head[2]) / BAND) end
+  return nil
+end
+
 -- The best band (1000 - priority) among host h's queued ids, or nil when it has none.
 local function host_head_band(h)
-  local top = redis.call('ZRANGE', hbkey(h), 0, 0)
-  local band = tonumber(top[1])
-  if legacy_queues() then
-    local head = redis.call('ZRANGE', hqkey(h), 0, 0, 'WITHSCORES')
-    if #head > 0 then
-      local old = math.floor(tonumber(head[2]) / BAND)
-      if not band or old < band then band = old end
-    end
-  end
+  local band = tonumber(redis.call('ZRANGE', hbkey(h), 0, 0)[1])
+  local old = legacy_band(h)
+  if old and (not band or old < band) then band = old end
   return band
 end
 
@@ -113,11 +115,7 @@ end
 -- band the zset's ids go first (they are older). A list id is uncounted by the caller once it is
 -- known to be live (a stale one was uncounted when it became stale).
 local function host_take(h)
-  local old
-  if legacy_queues() then
-    local head = redis.call('ZRANGE', hqkey(h), 0, 0, 'WITHSCORES')
-    if #head > 0 then old = math.floor(tonumber(head[2]) / BAND) end
-  end
+  local old = legacy_band(h)
   for _ = 1, 2002 do -- every band at most once
     local top = redis.call('ZRANGE', hbkey(h), 0, 0)
     local band = tonumber(top[1])

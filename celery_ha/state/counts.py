@@ -8,14 +8,15 @@ band, left there for a pop to skip; see ``unready`` in ``_common.lua``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import redis
 
-from celery_ha.state.host_queues import host_queue_ids
+from celery_ha.state.host_queues import as_text, host_queue_ids
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.record_store import read_records
-from celery_ha.state.records import decode_head, decode_state
+from celery_ha.state.records import decode_state
 
 #: Lifetime counters always present in ``stats()`` (0 until the first event), in display order.
 COUNTERS = ("enqueued", "duplicates", "claimed", "failed", "retried", "reclaimed", "released",
@@ -75,18 +76,7 @@ def live_band_ids(client: redis.Redis, k: QueueKeys, band: str, ids: list[str],
     """The live entries among ``ids`` read from ``band``: each id whose record is queued in that band
     (not gated), once (its first entry: the one a pop hands out; ``seen`` carries the ids met in
     earlier pages); the rest are stale entries a pop skips (``pop_ready`` in ``_common.lua``)."""
-    seen = set() if seen is None else seen
-    out: list[str] = []
-    for tid, raw in zip(ids, read_records(client, k, ids) if ids else [], strict=True):
-        if tid in seen or not raw:
-            continue
-        if isinstance(raw, bytes):
-            raw = raw.decode()
-        st = decode_head(raw.partition("\n")[0])
-        if st.get("s") == "q" and "h" not in st and st.get("p", "0") == str(band):
-            seen.add(tid)
-            out.append(tid)
-    return out
+    return _live_ids(client, k, ids, seen, lambda st: "h" not in st and st.get("p", "0") == str(band))
 
 
 def ready_ids(client: redis.Redis, k: QueueKeys) -> list[str]:
@@ -94,10 +84,9 @@ def ready_ids(client: redis.Redis, k: QueueKeys) -> list[str]:
     queues, host by host (the gate decides their order when they are handed out)."""
     out: list[str] = []
     for band in client.zrange(k.ready_bands, 0, -1):
-        if isinstance(band, bytes):
-            band = band.decode()
+        band = as_text(band)
         out.extend(live_band_ids(client, k, band, client.lrange(k.ready_list(band), 0, -1)))
-    for host in sorted(_text(h) for h in client.smembers(k.hosts)):
+    for host in sorted(as_text(h) for h in client.smembers(k.hosts)):
         ids = host_queue_ids(client, k, host)
         out.extend(live_host_ids(client, k, host, ids))
     return out
@@ -106,17 +95,19 @@ def ready_ids(client: redis.Redis, k: QueueKeys) -> list[str]:
 def live_host_ids(client: redis.Redis, k: QueueKeys, host: str, ids: list[str]) -> list[str]:
     """The live entries among ``ids`` read from ``host``'s queue: each id whose record is queued for
     that host, once (stale list entries are skipped by the pop, ``host_pop`` in ``_hosts.lua``)."""
-    seen: set[str] = set()
+    return _live_ids(client, k, ids, None, lambda st: st.get("h") == host)
+
+
+def _live_ids(client: redis.Redis, k: QueueKeys, ids: list[str], seen: set[str] | None,
+              here: Callable[[dict[str, str]], bool]) -> list[str]:
+    """Each id among ``ids`` whose record is queued where ``here`` says, once (its first entry)."""
+    seen = set() if seen is None else seen
     out: list[str] = []
     for tid, raw in zip(ids, read_records(client, k, ids) if ids else [], strict=True):
         if tid in seen or not raw:
             continue
-        st = decode_state(_text(raw))
-        if st.get("s") == "q" and st.get("h") == host:
+        st = decode_state(as_text(raw))
+        if st.get("s") == "q" and here(st):
             seen.add(tid)
             out.append(tid)
     return out
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -16,7 +16,8 @@ import redis
 from celery_ha.state.keys import QueueKeys
 
 
-def _text(value: Any) -> str:
+def as_text(value: Any) -> str:
+    """A reply of a client without ``decode_responses`` (bytes) or with it (str), as text."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -38,7 +39,7 @@ def host_queue_parts(client: Any, k: QueueKeys, hosts: list[str]) -> list[list[P
         pipe.zrange(k.host_bands(host), 0, -1)
         pipe.llen(k.host_list(DEFAULT_BAND, host))
     replies = pipe.execute()
-    bands = [[_text(b) for b in replies[3 * j + 1]] for j in range(len(hosts))]
+    bands = [[as_text(b) for b in replies[3 * j + 1]] for j in range(len(hosts))]
     pipe = client.pipeline(transaction=False)
     for host, own in zip(hosts, bands, strict=True):
         for band in own:
@@ -64,7 +65,7 @@ def read_part(client: redis.Redis, part: Part, start: int, stop: int) -> list[st
     """Entries ``start``..``stop`` (inclusive) of one part :func:`host_queue_parts` named."""
     key, _, sorted_set = part
     read = client.zrange if sorted_set else client.lrange
-    return [_text(tid) for tid in read(key, start, stop)]
+    return [as_text(tid) for tid in read(key, start, stop)]
 
 
 def host_queue_ids(client: redis.Redis, k: QueueKeys, host: str, skip: int = 0, count: int = -1) -> list[str]:
@@ -92,4 +93,4 @@ def host_queue_heads(client: Any, k: QueueKeys, hosts: list[str], n: int) -> lis
     pipe = client.pipeline(transaction=False)
     for key, _, sorted_set in firsts:
         (pipe.zrange if sorted_set else pipe.lrange)(key, 0, n - 1)
-    return [_text(tid) for ids in pipe.execute() for tid in ids]
+    return [as_text(tid) for ids in pipe.execute() for tid in ids]

@@ -212,13 +212,17 @@ end
 
 -- Queue every collected id in its host's queue, at the back of its band (or the front), in the
 -- order collected (at the front: as if pushed one by one, the last one first), then place each host.
+-- A host that already had queued ids in a band at least as good as the best new one is filed where
+-- it stays (new ids change neither its head band nor its due time), so it costs a ZRANGE and a push
+-- per band instead of a placement (HGETALL, ZRANGE, ZADD, ZREM): the enqueue into a deep backlog.
 local function host_flush(batch, front, now)
   if batch.n == 0 then return end
-  legacy_queues() -- marks the layout before its first list is written
+  local legacy = legacy_queues() -- also marks the layout before its first list is written
   redis.call('HINCRBY', K_HCFG, 'nq', batch.n)
   local push = front and 'LPUSH' or 'RPUSH'
   for _, h in ipairs(batch.order) do
     local items, by_band, bands = batch.items[h], {}, {}
+    local best
     for j = 1, #items, 2 do
       local band = string.format('%d', 1000 - tonumber(items[j]))
       local ids = by_band[band]
@@ -226,18 +230,22 @@ local function host_flush(batch, front, now)
         ids = {}
         by_band[band] = ids
         bands[#bands + 1] = band
+        if not best or tonumber(band) < best then best = tonumber(band) end
       end
       ids[#ids + 1] = items[j + 1]
     end
+    local head = not legacy and redis.call('ZRANGE', hbkey(h), 0, 0)[1]
     for _, band in ipairs(bands) do
       local ids = by_band[band]
       for j = 1, #ids, 2000 do
         redis.call(push, hlkey(band, h), unpack(ids, j, math.min(j + 1999, #ids)))
       end
-      redis.call('ZADD', hbkey(h), band, band)
+      if band ~= head then redis.call('ZADD', hbkey(h), band, band) end
     end
-    redis.call('SADD', K_HOSTS, h)
-    host_place(h, host_load(h), now)
+    if not head or best < tonumber(head) then
+      redis.call('SADD', K_HOSTS, h)
+      host_place(h, host_load(h), now)
+    end
   end
 end
 

@@ -132,6 +132,9 @@ while i <= #ARGV do
   if dd == '1' then st.dd = '1' end
   st.s = 'q'
   local head = encode(st, '') -- the same for the whole run (but a recrawl's or a gated task's)
+  -- A gated task whose URL names its host key has the head marked '~' (the key left out: encode's
+  -- HOST_MARK): the same for the run too, taken once the first such row's own encoding agrees.
+  local marked
   for _ = 1, count do
     local id = ARGV[i]
     local run = st -- its state, when it differs from the run's (a recrawl): nil for a duplicate
@@ -152,10 +155,17 @@ while i <= #ARGV do
       fresh[id] = true
       local host = gate and ARGV[i + 2] ~= '' and ARGV[i + 2] or nil
       local record
-      if host or run ~= st then -- encoded with its payload: a host the URL names is left out of it
+      -- (not a payload starting 'https://', which encode would shorten)
+      if host and run == st and marked and string.byte(ARGV[i + 1], 1) ~= 104
+          and host == payload_host(ARGV[i + 1]) then
+        record = marked .. ARGV[i + 1]
+      elseif host or run ~= st then -- encoded with its payload: a host the URL names is left out of it
         run.h = host
         record = encode(run, ARGV[i + 1])
         run.h = nil
+        if host and run == st and not marked and record == '~' .. head .. ARGV[i + 1] then
+          marked = '~' .. head
+        end
       else
         record = head .. ARGV[i + 1]
       end

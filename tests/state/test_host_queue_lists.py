@@ -140,3 +140,29 @@ def test_a_record_leaves_out_the_host_its_url_names_and_every_reader_gets_it_bac
     for lease in leases.values():
         gq.complete(lease)
     check_invariants(r, gq)
+
+
+def test_more_work_for_a_queued_host_files_it_again_only_when_its_best_band_improves(
+        gq: TaskQueue, r: redis.Redis) -> None:
+    """enqueue.lua leaves a host with queued work where it is filed unless the new work is of a
+    better band: its place in hready (band, then serve order) and its wait in hwait must not move."""
+    k = gq.keys
+    gq.enqueue_many([f"http://a.example/p/{i}" for i in range(3)])
+    gq.enqueue_many(["http://b.example/p/0"])
+    gq.hosts.block("c.example", 60, reason="test")
+    first_c = gq.enqueue_many(["http://c.example/p/0"])
+    placed_a, waits_c = r.zscore(k.hosts_ready, "a.example"), r.zscore(k.hosts_wait, "c.example")
+    assert placed_a // 10**12 == 1000 and waits_c is not None
+    more = gq.enqueue_many([f"http://a.example/q/{i}" for i in range(3)] + ["http://c.example/p/1"])
+    assert r.zscore(k.hosts_ready, "a.example") == placed_a
+    assert r.zscore(k.hosts_wait, "c.example") == waits_c and r.zscore(k.hosts_ready, "c.example") is None
+    urgent = gq.enqueue_many(["http://a.example/urgent", "http://c.example/urgent"], priority=5)
+    assert r.zscore(k.hosts_ready, "a.example") // 10**12 == 995  # in front of b now
+    assert r.zscore(k.hosts_wait, "c.example") == waits_c  # still blocked: its wait did not move
+    assert set(gq.hosts.hosts()) == {"a.example", "b.example", "c.example"}
+    check_invariants(r, gq)
+    assert gq.claim_next("w").task_id == urgent[0]
+    assert len(claimed_ids(gq)) == 6 + 1  # a's and b's, none of blocked c's
+    gq.hosts.unblock("c.example")
+    assert claimed_ids(gq) == [urgent[1], *first_c, more[3]]
+    check_invariants(r, gq)

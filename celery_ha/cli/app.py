@@ -88,6 +88,7 @@ def _register() -> None:
         enqueue_cmd,
         export_cmd,
         hosts_cmd,
+        migrate_cmd,
         namespaces_cmd,
         proxies_cmd,
         purge_cmd,
@@ -105,7 +106,7 @@ def _register() -> None:
 
     for module in (demo_cmd, up_cmd, enqueue_cmd, stats_cmd, task_cmd, tasks_cmd, dead_cmd, proxies_cmd,
                    hosts_cmd, export_cmd, workers_cmd, purge_cmd, recrawl_cmd, schedules_cmd, shards_cmd,
-                   redis_cmd, web_cmd, namespaces_cmd):
+                   migrate_cmd, redis_cmd, web_cmd, namespaces_cmd):
         main.add_command(module.command)
     for command in (control_cmd.cancel, control_cmd.pause_command, control_cmd.resume_command):
         main.add_command(command)

@@ -109,3 +109,23 @@ def count_remembered(client: redis.Redis, keys: QueueKeys) -> int:
     for key in client.scan_iter(match=keys.prefix + "d:*", count=1000):
         pipe.hlen(key)
     return sum(pipe.execute()) + int(client.zcard(keys.done))
+
+
+def done_id(bucket: str, field: bytes) -> str:
+    """The id that bucket ``bucket`` (its name past the prefix: ``d:<3 chars>`` or ``d:~``) holds as
+    ``field``: the inverse of :func:`done_slot` (done_id of _remembered.lua), for walks of the
+    remembered ids (``celery-ha migrate``)."""
+    if bucket == "d:~":
+        return field.decode()
+    a, b = int.from_bytes(field[:3], "big"), int.from_bytes(field[3:7], "big")
+    low, b = b % 2, b // 2
+    tail = []
+    for _ in range(5):
+        b, digit = divmod(b, 62)
+        tail.append(ALPHABET[digit])
+    middle = []
+    for _ in range(4):
+        a, digit = divmod(a, 62)
+        middle.append(ALPHABET[digit])
+    third = ALPHABET[_INDEX[bucket[4]] * 2 + low]
+    return bucket[2:4] + third + "".join(reversed(middle)) + "".join(reversed(tail))

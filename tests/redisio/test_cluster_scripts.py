@@ -23,6 +23,7 @@ from celery_ha.redisio.client import redis_client
 from celery_ha.redisio.lock import short_lock
 from celery_ha.redisio.scripts import SHARED_LUA, script_source
 from celery_ha.state import TaskQueue
+from celery_ha.state.migrate import Migration
 from celery_ha.state.replay import enqueue_if_absent
 from celery_ha.state.validators import store_validator
 from celery_ha.state.worker_registry import heartbeat
@@ -224,6 +225,8 @@ def _run_every_script(url: str) -> None:
     pool.ban(pid, seconds=60)  # ban
     pool.unban(pid)  # unban
     assert pool.remove(pid)  # remove
+    report = Migration(client, "sc", "sc3", 3).run()  # migrate_in: records, remembered ids, items
+    assert sum(report.tasks.values()) > 0 and report.remembered > 0 and report.items > 0
 
 
 def test_every_script_touches_only_keys_of_its_routed_slot(cluster_url: str,

@@ -1,0 +1,78 @@
+"""``celery-ha migrate TARGET --shards N``: move a stopped namespace into a new one of another shard
+count (``state/migrate.py`` says what moves and what cannot)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from celery_ha.cli.context import CLIContext, check_namespace_option, pass_cli
+from celery_ha.cli.render import echo_json
+from celery_ha.state.migrate import Migration, MigrationReport, Progress
+from celery_ha.state.shards import MAX_SHARDS
+
+
+@click.command("migrate")
+@click.argument("target", callback=check_namespace_option, metavar="TARGET")
+@click.option("--shards", type=click.IntRange(1, MAX_SHARDS), required=True,
+              help="The target's shard count (its processes then run with CELERY_HA_SHARDS=N).")
+@click.option("--yes", is_flag=True, help="Confirm (required when not asked interactively).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@pass_cli
+def command(obj: CLIContext, target: str, shards: int, yes: bool, as_json: bool) -> None:
+    """Move this namespace into the new namespace TARGET, with --shards shards.
+
+    The way to more shards than the namespace was written with. Every task moves with its record
+    (attempts, errors, checkpoint, meta); queued ones keep their order, dispatched and running ones
+    are queued again (a running one counts a stall). Remembered finished URLs move when their ids do
+    not depend on the shard count (host gate off, or the count unchanged); with the host gate on,
+    only those the completed history still holds can. Settings (URL rules, host limits and blocks,
+    schedules, the proxy pool) and the sink's items follow; counters start afresh.
+
+    Stop the namespace's workers, beat and producers first (it refuses while a worker heartbeats).
+    The source is paused and left as it was: purge it once the target runs well. A migration that
+    stopped half-way is finished by running the same command again. Then start the workers with
+    CELERY_HA_NAMESPACE=TARGET and CELERY_HA_SHARDS=N.
+    """
+    source, client = obj.namespace, obj.client
+    migration = Migration(client, source, target, shards, progress=_progress(as_json))
+    migration.check(obj.settings.lease_ttl)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError(f"refusing to migrate namespace {source!r} without --yes")
+        click.confirm(f"Move namespace {source!r} ({len(migration.src)} shard(s)) into {target!r} with "
+                      f"{shards} shard(s)? {source!r} is paused and keeps its data", abort=True)
+    report = migration.run()
+    if as_json:
+        echo_json(report.as_dict())
+        return
+    click.echo(_summary(report))
+
+
+def _progress(quiet: bool) -> Progress:
+    def progress(phase: str, done: int) -> None:
+        if not quiet:
+            click.echo(f"  {phase}: {done:,}", err=True)
+    return progress
+
+
+def _summary(report: MigrationReport) -> str:
+    moved = ", ".join(f"{n:,} {state}" for state, n in sorted(report.tasks.items())) or "no task"
+    lines = [f"migrated {report.source} ({report.source_shards} shard(s)) into {report.target} "
+             f"({report.target_shards} shard(s)): {moved}"]
+    if report.present:
+        lines.append(f"  {report.present:,} task(s) were there already (an earlier run)")
+    if report.renamed:
+        lines.append(f"  {report.renamed:,} task id(s) changed: the host gate places a task on its "
+                     "host's shard")
+    lines.append(f"  {report.remembered:,} remembered URL(s), {report.items:,} item(s), "
+                 f"{report.checkpoints:,} checkpoint(s), {report.hosts:,} host(s), "
+                 f"{report.proxy_keys:,} proxy pool key(s)")
+    if report.remembered_left:
+        lines.append(f"  {report.remembered_left:,} remembered URL(s) could not move (their ids depend on "
+                     "the shard count and no record holds their URL): the target would crawl them again")
+    lines.append(f"next: start the workers with CELERY_HA_NAMESPACE={report.target} "
+                 f"CELERY_HA_SHARDS={report.target_shards}; purge {report.source} once it runs well")
+    return "\n".join(lines)
+

@@ -1,0 +1,97 @@
+--[[ Take in what `celery-ha migrate` (state/migrate.py) moves from another namespace into this shard:
+  task records as the source stored them (only their ids may be new), remembered finished ids, and
+  sink items. Idempotent: an id this shard holds a record of, a remembered id and an item key it
+  holds are left alone, so a migration that stopped half-way is finished by running it again.
+  A record keeps its attempts, stalls, errors, fencing token, dedup flag, meta, trace and refetch
+  state; it is filed by its state:
+    q queued, d dispatched (its message belongs to the source): queued, at the back of its band or
+      of its host's queue (st.h, _hosts.lua), in the order of the rows
+    r running: no holder can be left (migrate.py refuses while the source's workers live): a stall,
+      as a reclaim counts it (dead past max_stalls, else queued with the rows' queued tasks)
+    w delayed: the delayed index at its due time
+    x dead: the dead letters at its time of death (ut)
+    c completed: remembered when it is a dedup task (its completion hour), in the completed history
+      and the refetch index when the row gives a time for them (a record the source kept only for
+      its refetch schedule is in no history)
+  KEYS[1]  tasks
+  KEYS[2]  readyp
+  KEYS[3]  delayed
+  KEYS[6]  dead
+  KEYS[7]  completed (the bounded history)
+  KEYS[9]  checkpoints
+  KEYS[10] stats
+  KEYS[11] wake (one token per task queued, for blocked claim_next callers)
+  Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority>, the host
+    gate's keys (_hosts.lua: h, hb, hl, hq, hcfg, hosts, hready, hwait), the buckets of remembered
+    ids (_remembered.lua: d:<3 chars>, d:~, dk), the refetch index (_refetch.lua: refetch) and the
+    sink (items, itemlog) are named from ARGV[1], the prefix every KEYS entry starts with (its {hash
+    tag} included), so they share KEYS[1]'s slot (_common checks it).
+  ARGV[1] namespace prefix
+  ARGV[2] what the rows are: 'r' records, 'm' remembered ids, 'i' items
+  ARGV[3..] 'r': 5 per task: id, record (_common.lua), checkpoint JSON or '', refetch due (ms) or '',
+              its time in the source's completed history (ms) or ''
+            'm': 2 per id: id, completion hour (_remembered.lua)
+            'i': 2 per item: item key, item JSON (appended to the commit log when new)
+  Reply: one character per row, in order: '1' taken in, '0' present already (nothing written)
+]]
+--#include _common
+local now = now_ms()
+local mode = ARGV[2]
+local reply = {}
+
+if mode == 'm' then
+  for i = 3, #ARGV, 2 do
+    reply[#reply + 1] = tostring(remember(ARGV[i], now, ARGV[i + 1], true))
+  end
+  return table.concat(reply)
+end
+
+if mode == 'i' then
+  local items, log = PREFIX .. 'items', PREFIX .. 'itemlog'
+  for i = 3, #ARGV, 2 do
+    local added = redis.call('HSETNX', items, ARGV[i], ARGV[i + 1])
+    if added == 1 then redis.call('RPUSH', log, ARGV[i]) end
+    reply[#reply + 1] = tostring(added)
+  end
+  return table.concat(reply)
+end
+
+local queued, woken = band_batch(), 0
+rec_batch()
+for i = 3, #ARGV, 5 do
+  local id, raw, ckpt, refetch_due, history = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  if rec_get(id) then
+    reply[#reply + 1] = '0'
+  else
+    local st, payload = decode(raw)
+    local s = st.s
+    if s == 'q' or s == 'd' then
+      st.s = 'q'
+      band_add(queued, st.p or '0', id, st.h)
+      woken = woken + 1
+    elseif s == 'r' then
+      if stall(id, st, now, 'moved by celery-ha migrate while running', queued) == 'q' then
+        woken = woken + 1
+      end
+    elseif s == 'w' then
+      redis.call('ZADD', K_DELAYED, st.due or fmt(now), id)
+    elseif s == 'x' then
+      redis.call('ZADD', K_DEAD, fmt((tonumber(st.ut) or now) * 1000), id)
+    elseif s == 'c' then
+      if st.dd == '1' then remember(id, now, done_hour(tonumber(st.ut) or now), true) end
+      if history ~= '' then redis.call('ZADD', K_COMPLETED, history, id) end
+      if refetch_due ~= '' then redis.call('ZADD', K_REFETCH, refetch_due, id) end
+    end
+    if s == 'w' or s == 'x' or s == 'c' then
+      rec_set(id, raw)
+    else
+      save(id, st, payload)
+    end
+    if ckpt ~= '' then redis.call('HSET', K_CKPT, id, ckpt) end
+    reply[#reply + 1] = '1'
+  end
+end
+rec_settle()
+band_flush(queued, 'RPUSH', now)
+wake(woken)
+return table.concat(reply)

@@ -1,0 +1,150 @@
+"""Moving a namespace into a new one of another shard count (``state/migrate.py``) against a real
+Redis: every task in every state arrives once with its record, checkpoint and order, remembered URLs
+stay duplicates, items and settings follow, a second run moves nothing twice, and the refusals."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from celery_ha.base.errors import ConfigurationError
+from celery_ha.state import TaskQueue
+from celery_ha.state.migrate import Migration
+from celery_ha.state.pause import paused
+from celery_ha.state.shards import shard_of
+from celery_ha.state.sink import iter_items
+from celery_ha.state.worker_registry import heartbeat
+from tests.support.invariants import check_invariants
+
+HOSTS = ["a.example", "b.example", "c.example", "d.example", "e.example"]
+
+
+def fill(q: TaskQueue) -> dict[str, list[str]]:
+    """Tasks of ``q`` in every state: returns their ids by state."""
+    urls = [f"http://{HOSTS[i % 5]}/p/{i}" for i in range(60)]
+    done = q.enqueue_many(urls[:20])
+    for _ in done:  # finished: 5 in the history (history_max), all 20 remembered
+        lease = q.claim_next("w")
+        q.commit(lease, [(f"item-{lease.task_id}", {"url": lease.url})])
+        q.complete(lease)
+    low = q.enqueue_many(urls[20:50])
+    high = q.enqueue_many(urls[50:55], priority=5)
+    random = q.enqueue_many([{"url": f"http://{HOSTS[i % 5]}/r/{i}", "meta": {"i": i}} for i in range(5)],
+                            dedup=False)
+    by_state: dict[str, list[str]] = {"completed": done}
+    leases = [q.claim_next("w") for _ in range(8)]  # the 5 high ones first, then 3 low
+    q.save_checkpoint(leases[0], {"page": 7})
+    assert q.release(leases[0].task_id, worker="w") == "queued"
+    by_state["delayed"] = [leases[1].task_id]
+    assert q.fail(leases[1], "try later") == "retry"
+    by_state["dead"] = [leases[2].task_id]
+    assert q.fail(leases[2], "gone", retry=False) == "dead"
+    by_state["running"] = [lease.task_id for lease in leases[3:]]  # their worker is SIGKILLed, say
+    by_state["dispatched"] = [d.task_id for d in q.dispatch(3)]
+    moved = set(by_state["delayed"] + by_state["dead"] + by_state["running"] + by_state["dispatched"])
+    by_state["queued"] = [t for t in high + low + random if t not in moved]
+    by_state["checkpointed"] = [leases[0].task_id]
+    return by_state
+
+
+def test_an_ungated_namespace_moves_to_three_shards_whole_and_exactly_once(
+        redis_url: str, r: redis.Redis) -> None:
+    src = TaskQueue.from_url(redis_url, "old", lease_ttl=30, history_max=5, backoff_base=600)
+    src.set_schedule(host="a.example", every=3600)
+    ids = fill(src)
+    before = src.stats()
+    assert before["remembered"] == 20 and before["completed_history"] <= 10
+
+    report = Migration(src.client, "old", "new", 3).run()
+    dst = TaskQueue.from_url(redis_url, "new", lease_ttl=30, shards=3)
+    after = dst.stats()
+    assert report.renamed == 0 and report.remembered_left == 0 and report.remembered == 20
+    assert after["queued"] == before["queued"] + before["dispatched"] + before["running"]
+    assert (after["delayed"], after["dead"], after["running"], after["dispatched"]) == (1, 1, 0, 0)
+    assert after["completed_history"] == before["completed_history"] and after["remembered"] == 20
+    assert report.items == 20 and sorted(i["url"] for i in iter_items(dst.client, "new")) == sorted(
+        i["url"] for i in iter_items(src.client, "old"))
+    for tid in ids["queued"] + ids["dead"] + ids["delayed"] + ids["completed"][-2:]:
+        old, new = src.get(tid), dst.get(tid)
+        assert new is not None and (new.url, new.meta, new.attempts, new.token, new.dedup, new.state) == (
+            old.url, old.meta, old.attempts, old.token, old.dedup, old.state)
+    for tid in ids["running"]:  # a running task with no holder: a stall, as a reclaim counts it
+        assert dst.get(tid).state == "queued" and dst.get(tid).stalls == 1
+    assert dst.get(ids["dead"][0]).error == "gone"
+    assert dst.schedules() == src.schedules()
+    assert paused(r, "old") is not None and r.hget(dst.keys.meta, "migrated_from") == "old"
+    check_invariants(r, dst)
+
+    # Remembered URLs are duplicates in the target, whether or not the history kept their records.
+    assert not any(new for _, new in dst.enqueue_many_with_status(
+        [f"http://{HOSTS[i % 5]}/p/{i}" for i in range(20)]))
+    # The checkpoint came along; the tasks of priority 5 left in the source go out first.
+    leases = [dst.claim_next("w2") for _ in range(after["queued"])]
+    assert all(lease is not None for lease in leases) and dst.claim_next("w2") is None
+    for shard in range(3):  # priority order holds within each shard
+        priorities = [lease.task.priority for lease in leases if shard_of(lease.task_id, 3) == shard]
+        assert priorities == sorted(priorities, reverse=True)
+    assert sum(lease.task.priority == 5 for lease in leases) == 3  # 1 released, 2 were running
+    by_id = {lease.task_id: lease for lease in leases}
+    assert by_id[ids["checkpointed"][0]].checkpoint == {"page": 7}
+    assert set(by_id) == set(ids["queued"] + ids["running"] + ids["dispatched"])
+
+    again = Migration(src.client, "old", "new", 3).run()  # moves nothing twice
+    assert sum(again.tasks.values()) == 0 and again.items == 0 and again.remembered == 0
+    assert again.present == sum(report.tasks.values()) and report.present == 0
+    assert dst.stats()["running"] == after["queued"] and dst.stats()["queued"] == 0
+
+
+def test_a_gated_namespace_moves_to_four_shards_each_task_on_its_hosts_shard(
+        redis_url: str, r: redis.Redis) -> None:
+    src = TaskQueue.from_url(redis_url, "g", lease_ttl=30, history_max=5, backoff_base=600, host_gate=True,
+                             shards=2)
+    ids = fill(src)
+    src.hosts.set("b.example", concurrency=1)
+    src.hosts.block("c.example", 600, reason="banned")
+    before = src.stats()
+
+    report = Migration(src.client, "g", "g4", 4).run()
+    dst = TaskQueue.from_url(redis_url, "g4", lease_ttl=30, shards=4, host_gate=True)
+    after = dst.stats()
+    assert after["queued"] == before["queued"] + before["dispatched"] + before["running"]
+    assert report.renamed > 0 and report.remembered_left == 20 - after["completed_history"]
+    assert dst.hosts.get("b.example").concurrency == 1 and dst.hosts.get("c.example").state == "blocked"
+    queued_ids = []
+    for index, k in enumerate(dst.shard_keys()):
+        for host in HOSTS:
+            for band in r.zrange(k.host_bands(host), 0, -1):
+                entries = r.lrange(k.host_list(band, host), 0, -1)
+                assert all(shard_of(t, 4) == index == shard_of(host, 4) for t in entries)
+                queued_ids += entries
+    assert len(queued_ids) == after["queued"]
+    check_invariants(r, dst)
+    # A URL the history still held is a duplicate under its new id; so is every queued one.
+    kept = [info.url for info in src.get_many(ids["completed"]) if info is not None]
+    queued = [src.get(t).url for t in ids["queued"] if src.get(t).dedup]
+    assert kept and not any(new for _, new in dst.enqueue_many_with_status(kept + queued))
+    # Every task goes out through the gate, c.example's not while it is blocked.
+    got = []
+    while (lease := dst.claim_next("w2")) is not None:
+        got.append(lease)
+        dst.complete(lease)
+    assert {lease.task.host for lease in got} == set(HOSTS) - {"c.example"}
+    assert len(got) + dst.stats()["queued"] == after["queued"]
+
+
+def test_refusals_write_nothing(redis_url: str, r: redis.Redis) -> None:
+    src = TaskQueue.from_url(redis_url, "src", lease_ttl=30)
+    src.enqueue_many(["http://a.example/1"])
+    with pytest.raises(ConfigurationError, match="must differ"):
+        Migration(src.client, "src", "src", 2)
+    heartbeat(r, "src", "host-1:123")
+    with pytest.raises(ConfigurationError, match="stop the workers of 'src'"):
+        Migration(src.client, "src", "dst", 2).check(lease_ttl=30)
+    r.delete(src.keys.workers)
+    TaskQueue.from_url(redis_url, "busy").enqueue_many(["http://b.example/1"])
+    with pytest.raises(ConfigurationError, match="'busy' is not empty"):
+        Migration(src.client, "src", "busy", 2).check(lease_ttl=30)
+    with pytest.raises(ConfigurationError, match="holds no tasks"):
+        Migration(src.client, "nothing", "dst", 2).check(lease_ttl=30)
+    Migration(src.client, "src", "dst", 2).check(lease_ttl=30)
+    assert not r.exists("cha:{dst}:meta") and paused(r, "src") is None

@@ -25,9 +25,9 @@ def command(obj: CLIContext, target: str, shards: int, yes: bool, as_json: bool)
 
     The way to more shards than the namespace was written with. Every task moves with its record
     (attempts, errors, checkpoint, meta); queued ones keep their order, dispatched and running ones
-    are queued again (a running one counts a stall). Remembered finished URLs move when their ids do
-    not depend on the shard count (host gate off, or the count unchanged); with the host gate on,
-    only those the completed history still holds can. Settings (URL rules, host limits and blocks,
+    are queued again (a running one counts a stall). Remembered finished URLs stay duplicates: moved
+    as they are, or, where the host gate made their ids depend on the shard count, carried and looked
+    up under the ids the source gave them. Settings (URL rules, host limits and blocks,
     schedules, the proxy pool) and the sink's items follow; counters start afresh.
 
     Stop the namespace's workers, beat and producers first (it refuses while a worker heartbeats).
@@ -69,9 +69,9 @@ def _summary(report: MigrationReport) -> str:
     lines.append(f"  {report.remembered:,} remembered URL(s), {report.items:,} item(s), "
                  f"{report.checkpoints:,} checkpoint(s), {report.hosts:,} host(s), "
                  f"{report.proxy_keys:,} proxy pool key(s)")
-    if report.remembered_left:
-        lines.append(f"  {report.remembered_left:,} remembered URL(s) could not move (their ids depend on "
-                     "the shard count and no record holds their URL): the target would crawl them again")
+    if report.carried:
+        lines.append(f"  {report.carried:,} remembered URL(s) carried: their ids depend on the shard count, "
+                     "so an enqueue looks them up under the ids the source gave them")
     lines.append(f"next: start the workers with CELERY_HA_NAMESPACE={report.target} "
                  f"CELERY_HA_SHARDS={report.target_shards}; purge {report.source} once it runs well")
     return "\n".join(lines)

@@ -18,6 +18,8 @@ from celery_ha.base.errors import InvalidInput
 from celery_ha.base.tracing import capture
 from celery_ha.base.urls import UrlRules
 from celery_ha.base.validation import shown
+from celery_ha.state.carried import META_FIELD as CARRY_FIELD
+from celery_ha.state.carried import Carry, carried_duplicates, parse_carries
 from celery_ha.state.enqueue_args import (
     MAX_BATCH,
     SCRIPT_BATCH,
@@ -30,6 +32,7 @@ from celery_ha.state.enqueue_args import (
 )
 from celery_ha.state.hosts import HostGate
 from celery_ha.state.ids import random_id
+from celery_ha.state.keys import QueueKeys
 from celery_ha.state.namespaces import register
 from celery_ha.state.operator_ops import expiry_ms
 from celery_ha.state.sharded import by_shard
@@ -41,7 +44,9 @@ class EnqueueOps:
 
     client: redis.Redis
     namespace: str
+    keys: QueueKeys  # shard 0's (the namespace's own tag: its meta hash)
     shard_count: int
+    shard_keys: Callable[[], list[QueueKeys]]
     default_task: str
     max_attempts: int
     max_stalls: int
@@ -50,6 +55,7 @@ class EnqueueOps:
     dedup_ttl: float | None
     url_rules: UrlRules
     _rules_checked: bool
+    _carries: list[Carry] | None  # ancestors whose remembered ids the namespace carries (None: not read)
     _registered: bool
     _key_mode: str | None
     _key_mode_at: float
@@ -95,11 +101,23 @@ class EnqueueOps:
             task or self.default_task, priority, dedup, self.max_attempts, self.max_stalls, self.meta_cap,
             self.shard_count, self.host_gate, capture(), mode, self.url_rules))
 
+    def _carried(self, rows: list[Row], window: int) -> set[int]:
+        """Rows that an ancestor of a migration finished within ``window`` (``state/carried.py``):
+        duplicates the enqueue script cannot see. Nothing to look up for most namespaces (the
+        ancestors are read with the registration, in its round trip)."""
+        if not self._carries:
+            return set()
+        return carried_duplicates(self.client, self.shard_keys(), self._carries, rows, window)
+
     def _register_once(self) -> None:
         """Put the namespace in the registry of namespaces (``state/namespaces.py``) at this queue's
-        first enqueue, so workers of a pattern find it: one ``SADD`` per queue object."""
+        first enqueue, so workers of a pattern find it, and read the ancestors whose remembered ids
+        it carries (``state/carried.py``): one round trip per queue object."""
         if not self._registered:
-            register(self.client, self.namespace)
+            pipe = self.client.pipeline(transaction=False)
+            register(pipe, self.namespace)
+            pipe.hget(self.keys.meta, CARRY_FIELD)
+            self._carries = parse_carries(pipe.execute()[-1])
             self._registered = True
 
     def set_url_rules(self, rules: UrlRules) -> None:
@@ -112,7 +130,8 @@ class EnqueueOps:
                                  ) -> list[tuple[str, bool]]:
         """Like :meth:`enqueue_many`, with each id paired with True when this call created the task
         (or started a new run of one finished ``recrawl_after`` ago) and False when it was a duplicate
-        (decided atomically by the server, not by a pre-check)."""
+        (decided atomically by the server, not by a pre-check; only the remembered URLs a migration
+        carried, ``state/carried.py``, are looked up before)."""
         if isinstance(batch_size, bool) or not isinstance(batch_size, int):
             raise InvalidInput(f"batch_size must be an integer, got {shown(batch_size)}")
         batch_size = max(1, min(batch_size, MAX_BATCH))
@@ -125,10 +144,10 @@ class EnqueueOps:
             self._rules_checked = check_rules(self.client, self.namespace, self.url_rules)
         if rows:
             self._register_once()
-        created: dict[int, bool] = {}
+        created: dict[int, bool] = dict.fromkeys(self._carried(rows, window), False)
         mode_changes = 0
         for start in range(0, len(rows), batch_size):
-            pending = list(range(start, min(start + batch_size, len(rows))))
+            pending = [i for i in range(start, min(start + batch_size, len(rows))) if i not in created]
             while pending:  # one round trip per shard the batch touches
                 again: list[int] = []
                 for shard, at in by_shard([rows[i][0] for i in pending], self.shard_count).items():

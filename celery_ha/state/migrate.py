@@ -13,10 +13,11 @@ module moves everything a crawl needs into it, with the source stopped:
 * **Ids** stay the same, except where the host gate places tasks on their host's shard
   (``enqueue_args.on_host_shard``): a gated task of a sharded target gets the id an enqueue into the
   target would give it (a dedup task: from its task name and URL; another: drawn again).
-* **Remembered finished URLs** (ids only, no URL) move when their ids do not depend on the count
-  (neither side places gated tasks by host, or the count is unchanged). Otherwise only the finished
-  tasks the completed history still holds can be remembered under their new ids; the rest are
-  counted in the report and left in the source (the target would crawl those URLs again).
+* **Remembered finished URLs** (ids only, no URL) move as they are when their ids do not depend on
+  the count (neither side places gated tasks by host, or the count is unchanged). Otherwise they are
+  carried (``state/carried.py``): kept under ``cd:`` and looked up by the target's enqueue under the
+  id the source gave the URL, so they stay duplicates. Ids the source carries from its own
+  ancestors are carried on.
 * **Settings**: URL rules, the quiet window, the host gate's defaults, key mode and switch, each
   host's limits, blocks and counters (not its in-flight counts), refetch schedules, and the proxy
   pool's keys (with their expiry).
@@ -41,6 +42,7 @@ from redis.client import NEVER_DECODE
 
 from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.urls import DEFAULT_RULES, canonical_url, simple_canonical_url
+from celery_ha.state.carried import Carry, set_carries, stored_carries
 from celery_ha.state.done_times import DONE_EPOCH_MS, HOUR_MS, done_id
 from celery_ha.state.enqueue_args import on_host_shard
 from celery_ha.state.host_queues import as_text, host_queue_parts, read_part
@@ -79,7 +81,7 @@ class MigrationReport:
     renamed: int = 0  # tasks whose id changed (the host gate places them on their host's shard)
     checkpoints: int = 0
     remembered: int = 0  # finished dedup ids the target remembers from this run
-    remembered_left: int = 0  # remembered ids that could not move (see the module docstring)
+    carried: int = 0  # remembered ids whose meaning depends on the count, carried (state/carried.py)
     items: int = 0
     hosts: int = 0
     proxy_keys: int = 0
@@ -111,7 +113,6 @@ class Migration:
         self.src_by_host = places_by_host(gate, len(self.src))
         self.dst_by_host = places_by_host(gate, shards)
         self.rules = stored_rules(client, source) or DEFAULT_RULES
-        self._remembered_by_record = 0  # finished dedup tasks the import remembered under their new id
 
     # ------------------------------------------------------------------ checks
     def check(self, lease_ttl: float) -> None:
@@ -303,7 +304,6 @@ class Migration:
                     state = str(getattr(info.state, "value", info.state))
                     self.report.tasks[state] = self.report.tasks.get(state, 0) + 1
                     if state == "completed" and info.dedup:  # remembered by the import, under its new id
-                        self._remembered_by_record += 1
                         self.report.remembered += 1
                     self.report.renamed += row[0] != old
                     self.report.checkpoints += bool(row[2])
@@ -315,46 +315,58 @@ class Migration:
         return same or not (self.src_by_host or self.dst_by_host)
 
     def _remembered(self) -> None:
-        client = self.client
+        """Remembered ids move as they are when they keep their meaning; otherwise they are carried
+        (``state/carried.py``), as are the ids the source itself carries from its own ancestors."""
         moves = self.remembered_moves()
-        for k in self.src:
-            if not moves:
-                self.report.remembered_left += int(client.hget(k.stats, "remembered") or 0)
-                continue
-            rows: dict[int, list[str]] = {}
-            for tid, hour in self._remembered_ids(k):
-                rows.setdefault(shard_of(tid, len(self.dst)), []).extend((tid, hour))
-                if sum(len(r) for r in rows.values()) >= 2 * PAGE:
-                    self._remember(rows)
-            self._remember(rows)
+        carries = stored_carries(self.client, self.source)
         if not moves:
-            # What the completed history still holds was remembered under its new id on import.
-            self.report.remembered_left = max(0, self.report.remembered_left - self._remembered_by_record)
+            carries.append(Carry(len(self.src), self.src_by_host))
+        for k in self.src:
+            self._send("m" if moves else "c", self._bucket_ids(k, "d:"))
+            self._send("c", self._bucket_ids(k, "cd:"))
+        set_carries(self.client, self.target, carries)
 
-    def _remember(self, rows: dict[int, list[str]]) -> None:
+    def _send(self, mode: str, ids: Iterable[tuple[str, str]]) -> None:
+        """Take (id, hour) pairs into the target's shards by id, as remembered ('m') or carried ('c')."""
+        rows: dict[int, list[str]] = {}
+        pending = 0
+        for tid, hour in ids:
+            rows.setdefault(shard_of(tid, len(self.dst)), []).extend((tid, hour))
+            pending += 1
+            if pending >= PAGE:
+                self._flush(mode, rows)
+                pending = 0
+        self._flush(mode, rows)
+
+    def _flush(self, mode: str, rows: dict[int, list[str]]) -> None:
         for shard, flat in rows.items():
             for at in range(0, len(flat), 2 * BATCH):
-                reply = as_text(self.queue._run("migrate_in", "m", *flat[at:at + 2 * BATCH], shard=shard))
-                self.report.remembered += reply.count("1")
+                taken = as_text(self.queue._run("migrate_in", mode, *flat[at:at + 2 * BATCH], shard=shard))
+                if mode == "m":
+                    self.report.remembered += taken.count("1")
+                else:
+                    self.report.carried += taken.count("1")
         rows.clear()
-        self.progress("remembered URLs", self.report.remembered)
+        self.progress("remembered URLs", self.report.remembered + self.report.carried)
 
-    def _remembered_ids(self, k: QueueKeys) -> Iterator[tuple[str, str]]:
-        """(id, completion hour) of every id the source shard remembers: its buckets, whose fields
-        are binary (read undecoded), then the sorted set of earlier releases (ms -> hour)."""
+    def _bucket_ids(self, k: QueueKeys, family: str) -> Iterator[tuple[str, str]]:
+        """(id, completion hour) of every id in one family of buckets of the source shard: ``d:``
+        (remembered) or ``cd:`` (carried), whose fields are binary (read undecoded); with ``d:``, then
+        the sorted set of earlier releases (ms -> hour)."""
         client = self.client
-        keys = [as_text(key) for key in client.scan_iter(match=k.prefix + "d:*", count=1000)]
+        keys = [as_text(key) for key in client.scan_iter(match=k.prefix + family + "*", count=1000)]
         for at in range(0, len(keys), 100):
             chunk = keys[at:at + 100]
             pipe = client.pipeline(transaction=False)
             for key in chunk:
                 pipe.execute_command("HGETALL", key, **{NEVER_DECODE: []})
             for key, fields in zip(chunk, pipe.execute(), strict=True):
-                bucket = key[len(k.prefix):]
+                bucket = key[len(k.prefix) + len(family) - 2:]  # "d:<3 chars>" for both families
                 for raw_field, hour in fields.items():
                     yield done_id(bucket, raw_field), as_text(hour)
-        for tid, ms in client.zscan_iter(k.done, count=1000):
-            yield as_text(tid), str(int((ms - DONE_EPOCH_MS) // HOUR_MS))
+        if family == "d:":
+            for tid, ms in client.zscan_iter(k.done, count=1000):
+                yield as_text(tid), str(int((ms - DONE_EPOCH_MS) // HOUR_MS))
 
     # ------------------------------------------------------------------ items
     def _items(self) -> None:

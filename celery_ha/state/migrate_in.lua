@@ -23,14 +23,19 @@
   KEYS[11] wake (one token per task queued, for blocked claim_next callers)
   Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority>, the host
     gate's keys (_hosts.lua: h, hb, hl, hq, hcfg, hosts, hready, hwait), the buckets of remembered
-    ids (_remembered.lua: d:<3 chars>, d:~, dk), the refetch index (_refetch.lua: refetch) and the
-    sink (items, itemlog) are named from ARGV[1], the prefix every KEYS entry starts with (its {hash
-    tag} included), so they share KEYS[1]'s slot (_common checks it).
+    ids (_remembered.lua: d:<3 chars>, d:~, dk), the carried ids (cd:<3 chars>, cd:~), the refetch
+    index (_refetch.lua: refetch) and the sink (items, itemlog) are named from ARGV[1], the prefix
+    every KEYS entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common
+    checks it).
   ARGV[1] namespace prefix
-  ARGV[2] what the rows are: 'r' records, 'm' remembered ids, 'i' items
+  ARGV[2] what the rows are: 'r' records, 'm' remembered ids, 'c' carried ids, 'i' items
   ARGV[3..] 'r': 5 per task: id, record (_common.lua), checkpoint JSON or '', refetch due (ms) or '',
               its time in the source's completed history (ms) or ''
             'm': 2 per id: id, completion hour (_remembered.lua)
+            'c': 2 per id: id, completion hour, kept as a carried id: a remembered id of an ancestor
+                 namespace whose ids depended on its shard count (state/carried.py), in buckets
+                 laid out as the remembered ones, named cd:<3 chars> / cd:~ instead of d:..., read by
+                 the enqueue of the namespace from Python
             'i': 2 per item: item key, item JSON (appended to the commit log when new)
   Reply: one character per row, in order: '1' taken in, '0' present already (nothing written)
 ]]
@@ -42,6 +47,15 @@ local reply = {}
 if mode == 'm' then
   for i = 3, #ARGV, 2 do
     reply[#reply + 1] = tostring(remember(ARGV[i], now, ARGV[i + 1], true))
+  end
+  return table.concat(reply)
+end
+
+if mode == 'c' then
+  for i = 3, #ARGV, 2 do
+    local key, field = done_slot(ARGV[i])
+    key = PREFIX .. 'c' .. string.sub(key, #PREFIX + 1)
+    reply[#reply + 1] = tostring(redis.call('HSETNX', key, field, ARGV[i + 1]))
   end
   return table.concat(reply)
 end

@@ -58,7 +58,7 @@ def test_an_ungated_namespace_moves_to_three_shards_whole_and_exactly_once(
     report = Migration(src.client, "old", "new", 3).run()
     dst = TaskQueue.from_url(redis_url, "new", lease_ttl=30, shards=3)
     after = dst.stats()
-    assert report.renamed == 0 and report.remembered_left == 0 and report.remembered == 20
+    assert report.renamed == 0 and report.carried == 0 and report.remembered == 20
     assert after["queued"] == before["queued"] + before["dispatched"] + before["running"]
     assert (after["delayed"], after["dead"], after["running"], after["dispatched"]) == (1, 1, 0, 0)
     assert after["completed_history"] == before["completed_history"] and after["remembered"] == 20
@@ -108,7 +108,7 @@ def test_a_gated_namespace_moves_to_four_shards_each_task_on_its_hosts_shard(
     dst = TaskQueue.from_url(redis_url, "g4", lease_ttl=30, shards=4, host_gate=True)
     after = dst.stats()
     assert after["queued"] == before["queued"] + before["dispatched"] + before["running"]
-    assert report.renamed > 0 and report.remembered_left == 20 - after["completed_history"]
+    assert report.renamed > 0 and report.carried == 20
     assert dst.hosts.get("b.example").concurrency == 1 and dst.hosts.get("c.example").state == "blocked"
     queued_ids = []
     for index, k in enumerate(dst.shard_keys()):
@@ -119,17 +119,22 @@ def test_a_gated_namespace_moves_to_four_shards_each_task_on_its_hosts_shard(
                 queued_ids += entries
     assert len(queued_ids) == after["queued"]
     check_invariants(r, dst)
-    # A URL the history still held is a duplicate under its new id; so is every queued one.
-    kept = [info.url for info in src.get_many(ids["completed"]) if info is not None]
+    # Every finished URL is a duplicate, whether the history still held its record (remembered
+    # under its new id) or not (carried: looked up under the source's id); so is every queued one.
+    finished = [f"http://{HOSTS[i % 5]}/p/{i}" for i in range(20)]
     queued = [src.get(t).url for t in ids["queued"] if src.get(t).dedup]
-    assert kept and not any(new for _, new in dst.enqueue_many_with_status(kept + queued))
+    assert not any(new for _, new in dst.enqueue_many_with_status(finished + queued))
+    assert dst.stats()["queued"] == after["queued"]
+    # ... and it is crawled again once the recrawl window has passed since it finished.
+    again = dst.enqueue_many_with_status(finished[:3], recrawl_after=0)
+    assert [new for _, new in again] == [True] * 3
     # Every task goes out through the gate, c.example's not while it is blocked.
     got = []
     while (lease := dst.claim_next("w2")) is not None:
         got.append(lease)
         dst.complete(lease)
     assert {lease.task.host for lease in got} == set(HOSTS) - {"c.example"}
-    assert len(got) + dst.stats()["queued"] == after["queued"]
+    assert len(got) + dst.stats()["queued"] == after["queued"] + 3  # with the 3 crawled again
 
 
 def test_refusals_write_nothing(redis_url: str, r: redis.Redis) -> None:
@@ -148,3 +153,23 @@ def test_refusals_write_nothing(redis_url: str, r: redis.Redis) -> None:
         Migration(src.client, "nothing", "dst", 2).check(lease_ttl=30)
     Migration(src.client, "src", "dst", 2).check(lease_ttl=30)
     assert not r.exists("cha:{dst}:meta") and paused(r, "src") is None
+
+
+def test_carried_urls_stay_duplicates_through_a_second_migration(redis_url: str, r: redis.Redis) -> None:
+    """g1 (gated, 1 shard) -> g3 -> g5: the ids of g1 and of g3 differ from g5's, and both are carried."""
+    first = TaskQueue.from_url(redis_url, "g1", lease_ttl=30, history_max=0, host_gate=True)
+    old = [f"http://{HOSTS[i % 5]}/old/{i}" for i in range(40)]
+    for _ in first.enqueue_many(old):
+        first.complete(first.claim_next("w"))
+    Migration(first.client, "g1", "g3", 3).run()
+    middle = TaskQueue.from_url(redis_url, "g3", lease_ttl=30, history_max=0, host_gate=True, shards=3)
+    assert not any(new for _, new in middle.enqueue_many_with_status(old))
+    newer = [f"http://{HOSTS[i % 5]}/new/{i}" for i in range(40)]
+    for _ in middle.enqueue_many(newer):
+        middle.complete(middle.claim_next("w"))
+    report = Migration(first.client, "g3", "g5", 5).run()
+    assert report.carried == 80  # g3's own 40, and the 40 it carried from g1
+    last = TaskQueue.from_url(redis_url, "g5", lease_ttl=30, host_gate=True, shards=5)
+    fresh = [f"http://{HOSTS[i % 5]}/fresh/{i}" for i in range(10)]
+    status = last.enqueue_many_with_status(old + newer + fresh)
+    assert [new for _, new in status] == [False] * 80 + [True] * 10

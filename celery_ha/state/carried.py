@@ -1,0 +1,91 @@
+"""Carried dedup memory: the remembered URLs of a namespace this one was migrated from
+(``celery-ha migrate``), when their ids cannot be moved as they are.
+
+A remembered finished URL is only its task id (``_remembered.lua``). With the host gate on in a
+sharded namespace, a task's id is chosen so that it lands on its host's shard
+(``enqueue_args.on_host_shard``), so it depends on the shard count: after a migration to another
+count, an enqueue of the same URL computes another id and would not find the remembered one. Those
+ids are carried instead: kept in buckets of the same layout under ``cd:`` (``migrate_in.lua``, mode
+'c'; ~13-15 B per id, in the shard of the id under the new count), and the namespace's meta hash
+lists the ancestors they come from (field ``carry``: their shard count and whether their gate placed
+tasks by host, one entry per migration that carried ids). An enqueue of a dedup task with a host
+then computes the id each ancestor would have given it and looks it up here, in one pipelined round
+trip per call, before the enqueue script runs. An id found within the recrawl window (the dedup TTL
+by default: the completion hour, as for remembered ids) is a duplicate; carried ids only ever leave
+when the namespace is purged, so the look-up is never too generous. Namespaces with no ancestor
+carrying ids pay nothing: the queue reads the meta hash's field in the round trip of its first
+enqueue's registration.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import redis
+
+from celery_ha.state.done_times import done_slot, hour_ms
+from celery_ha.state.enqueue_args import KeySource, Row, on_host_shard
+from celery_ha.state.ids import dedup_id
+from celery_ha.state.keys import QueueKeys
+from celery_ha.state.shards import shard_of
+
+META_FIELD = "carry"
+
+
+class Carry(NamedTuple):
+    """One ancestor whose remembered ids a namespace carries."""
+
+    shards: int
+    by_host: bool  # its gate placed gated tasks on their host's shard (gate on, shards > 1)
+
+
+def parse_carries(raw: str | bytes | None) -> list[Carry]:
+    """The ancestors recorded in a meta hash's ``carry`` field (None: none)."""
+    return [Carry(int(c["shards"]), bool(c["by_host"])) for c in json.loads(raw)] if raw else []
+
+
+def stored_carries(client: redis.Redis, namespace: str) -> list[Carry]:
+    """The ancestors ``namespace`` carries remembered ids of (none for most namespaces)."""
+    return parse_carries(client.hget(QueueKeys(namespace).meta, META_FIELD))
+
+
+def set_carries(client: redis.Redis, namespace: str, carries: Sequence[Carry]) -> None:
+    """Record the ancestors ``namespace`` carries remembered ids of."""
+    meta = QueueKeys(namespace).meta
+    if carries:
+        client.hset(meta, META_FIELD, json.dumps([c._asdict() for c in carries]))
+    else:
+        client.hdel(meta, META_FIELD)
+
+
+def carried_slot(keys: QueueKeys, task_id: str) -> tuple[str, bytes]:
+    """(bucket key, field) of a carried id in one shard (``cd:`` beside the remembered ``d:``)."""
+    return done_slot(keys.prefix + "c", task_id)
+
+
+def ancestor_id(row: Row, carry: Carry) -> str:
+    """The id an ancestor gave the dedup task of ``row`` (``build_row``'s rule under its count)."""
+    source: KeySource = row[8]
+    base = dedup_id(row[3], source.canonical)
+    if carry.by_host and row[7]:
+        return on_host_shard(base, row[7], True, row[3], source.canonical, carry.shards)
+    return base
+
+
+def carried_duplicates(client: redis.Redis, shards: list[QueueKeys], carries: Sequence[Carry],
+                       rows: list[Row], window_ms: int) -> set[int]:
+    """Positions of the dedup ``rows`` whose URL an ancestor finished within ``window_ms`` (-1: ever)."""
+    looked: list[tuple[int, str]] = [(i, ancestor_id(row, carry)) for i, row in enumerate(rows)
+                                     if row[2] == "1" for carry in carries]
+    if not looked:
+        return set()
+    pipe = client.pipeline(transaction=False)
+    pipe.time()
+    for _, old in looked:
+        pipe.hget(*carried_slot(shards[shard_of(old, len(shards))], old))
+    clock, *hours = pipe.execute()
+    now_ms = clock[0] * 1000 + clock[1] // 1000
+    return {i for (i, _), hour in zip(looked, hours, strict=True)
+            if hour is not None and (window_ms < 0 or hour_ms(hour) > now_ms - window_ms)}

@@ -33,13 +33,28 @@ def host_queue_parts(client: Any, k: QueueKeys, hosts: list[str]) -> list[list[P
     sorted set first when it holds any, then one list per band, best band first. One round trip when
     every host queues at priority 0 only (the band of that priority is read beside the bands), two
     otherwise (``client`` may be a cluster client: each command goes to its key's master)."""
+    return _parts(client, k, hosts, False)[0]
+
+
+def host_states_and_lengths(client: Any, k: QueueKeys, hosts: list[str]) -> list[tuple[dict[str, str], int]]:
+    """For each host (all of shard ``k``), its state hash (``h:<host>``) and its queued entries
+    (stale list entries included), read in the round trips of :func:`host_queue_parts`."""
+    parts, states = _parts(client, k, hosts, True)
+    return [(state, sum(n for _, n, _ in own)) for state, own in zip(states, parts, strict=True)]
+
+
+def _parts(client: Any, k: QueueKeys, hosts: list[str], with_states: bool
+           ) -> tuple[list[list[Part]], list[dict[str, str]]]:
+    per_host = 4 if with_states else 3
     pipe = client.pipeline(transaction=False)
     for host in hosts:
         pipe.zcard(k.host_queue(host))
         pipe.zrange(k.host_bands(host), 0, -1)
         pipe.llen(k.host_list(DEFAULT_BAND, host))
+        if with_states:
+            pipe.hgetall(k.host_state(host))
     replies = pipe.execute()
-    bands = [[as_text(b) for b in replies[3 * j + 1]] for j in range(len(hosts))]
+    bands = [[as_text(b) for b in replies[per_host * j + 1]] for j in range(len(hosts))]
     pipe = client.pipeline(transaction=False)
     for host, own in zip(hosts, bands, strict=True):
         for band in own:
@@ -48,17 +63,13 @@ def host_queue_parts(client: Any, k: QueueKeys, hosts: list[str]) -> list[list[P
     lengths = iter(pipe.execute() if any(b != DEFAULT_BAND for own in bands for b in own) else [])
     out: list[list[Part]] = []
     for j, host in enumerate(hosts):
-        old = int(replies[3 * j])
+        old = int(replies[per_host * j])
         parts = [(k.host_queue(host), old, True)] if old else []
-        parts.extend((k.host_list(band, host), int(replies[3 * j + 2]) if band == DEFAULT_BAND
+        parts.extend((k.host_list(band, host), int(replies[per_host * j + 2]) if band == DEFAULT_BAND
                       else int(next(lengths)), False) for band in bands[j])
         out.append(parts)
-    return out
-
-
-def host_queue_lengths(client: Any, k: QueueKeys, hosts: list[str]) -> list[int]:
-    """Entries queued per host (stale list entries included until a pop skips them)."""
-    return [sum(n for _, n, _ in parts) for parts in host_queue_parts(client, k, hosts)]
+    states = [replies[per_host * j + 3] for j in range(len(hosts))] if with_states else []
+    return out, states
 
 
 def read_part(client: redis.Redis, part: Part, start: int, stop: int) -> list[str]:

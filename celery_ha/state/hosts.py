@@ -53,7 +53,7 @@ from typing import Any
 from celery_ha.base.errors import InvalidInput
 from celery_ha.base.hosts import check_host_key, check_key_mode, host_of_url, mode_key
 from celery_ha.base.validation import MAX_ERROR_CHARS, check_int, check_number, clean_message, parse_rate
-from celery_ha.state.host_queues import host_queue_lengths
+from celery_ha.state.host_queues import host_states_and_lengths
 from celery_ha.state.shards import shard_of
 
 #: Marks an argument of :meth:`HostGate.set` left out (None clears an override instead).
@@ -312,18 +312,14 @@ class HostGate:
         out: list[HostInfo] = []
         for at in range(0, len(hosts), 500):
             chunk = hosts[at:at + 500]
-            pipe = client.pipeline(transaction=False)
-            for h in chunk:
-                pipe.hgetall(self.queue._shards[self._shard(h)].host_state(h))
-            states = pipe.execute()
-            queued = [0] * len(chunk)
-            for shard in {self._shard(h) for h in chunk}:
+            read: list[tuple[dict[str, str], int]] = [({}, 0)] * len(chunk)
+            for shard in {self._shard(h) for h in chunk}:  # a host's state and queue share its shard
                 at_shard = [j for j, h in enumerate(chunk) if self._shard(h) == shard]
-                lengths = host_queue_lengths(client, self.queue._shards[shard], [chunk[j] for j in at_shard])
-                for j, n in zip(at_shard, lengths, strict=True):
-                    queued[j] = n
+                got = host_states_and_lengths(client, self.queue._shards[shard], [chunk[j] for j in at_shard])
+                for j, pair in zip(at_shard, got, strict=True):
+                    read[j] = pair
             for j, h in enumerate(chunk):
-                out.append(_info(h, states[j], queued[j], defaults[self._shard(h)], now))
+                out.append(_info(h, read[j][0], read[j][1], defaults[self._shard(h)], now))
         return out
 
 

@@ -317,13 +317,13 @@ end
 -- stale id may come with a state nil or not queued: the caller skips it), or nil when nothing may go.
 local tie_turn = false
 local function pop_best(now, mode)
-  local hp, head = host_top_priority()
+  local hp, head, head_band = host_top_priority()
   if hp then
     local top = redis.call('ZRANGE', K_READYP, '0', '0', 'WITHSCORES')
     local bp = #top > 0 and -tonumber(top[2]) or nil
     if bp and bp == hp then tie_turn = not tie_turn end
     if not bp or hp > bp or (hp == bp and tie_turn) then
-      local id, st, payload = host_pop(now, mode, head)
+      local id, st, payload = host_pop(now, mode, head, head_band)
       if id then return id, st, payload end
     end
   end

@@ -113,9 +113,19 @@ end
 -- Take host h's best queued id out of its queue: its id and whether it came from an earlier
 -- release's zset (counted out of nq and lq here: the zsets counted every entry), or nil. Within a
 -- band the zset's ids go first (they are older). A list id is uncounted by the caller once it is
--- known to be live (a stale one was uncounted when it became stale).
-local function host_take(h)
+-- known to be live (a stale one was uncounted when it became stale). `hint`: the host's best band as
+-- hready's score says (every event that changes it files the host again), tried first, which saves
+-- the ZRANGE of hb; a hint that finds no list falls back to hb.
+local function host_take(h, hint)
   local old = legacy_band(h)
+  if hint and not old then
+    local key = hlkey(hint, h)
+    local id = redis.call('LPOP', key)
+    if id then
+      if redis.call('LLEN', key) == 0 then redis.call('ZREM', hbkey(h), hint) end
+      return id, false
+    end
+  end
   for _ = 1, 2002 do -- every band at most once
     local top = redis.call('ZRANGE', hbkey(h), 0, 0)
     local band = tonumber(top[1])
@@ -323,28 +333,28 @@ end
 -- counts the hand-out without reading it again).
 local popped_host, popped_state
 
--- Take the best queued task of the best eligible host (`first`: hready's first host, when the caller
--- just read it), or nil when no host is eligible. In 'd' mode the hand-out is counted here
--- (host_out); in 'c' mode grant() counts it. Returns id, state, payload.
-local function host_pop(now, mode, first)
+-- Take the best queued task of the best eligible host (`first`, `first_band`: hready's first host
+-- and its band, when the caller just read them), or nil when no host is eligible. In 'd' mode the
+-- hand-out is counted here (host_out); in 'c' mode grant() counts it. Returns id, state, payload.
+local function host_pop(now, mode, first, first_band)
   if hready_maybe == nil then hready_maybe = gate_busy() end -- then the ZRANGE below tells
   if not hready_maybe then return nil end
   for _ = 1, 64 do
-    local h = first
+    local h, band = first, first_band
     first = nil
     if not h then
-      local top = redis.call('ZRANGE', K_HREADY, 0, 0)
+      local top = redis.call('ZRANGE', K_HREADY, 0, 0, 'WITHSCORES')
       if #top == 0 then
         hready_maybe = false
         return nil
       end
-      h = top[1]
+      h, band = top[1], string.format('%d', math.floor(tonumber(top[2]) / BAND))
     end
     local hs = host_load(h)
     -- hready is kept by the events that change a host, but a limit lowered since (or a count
     -- changed by a concurrent path of this script) is checked again at the pop.
     local id, counted
-    if host_due(hs, now) == 0 then id, counted = host_take(h) end
+    if host_due(hs, now) == 0 then id, counted = host_take(h, band) end
     if not id then
       host_place(h, hs, now)
     else
@@ -364,7 +374,8 @@ local function host_pop(now, mode, first)
   return nil
 end
 
--- The best band among the eligible hosts, as a priority, and the host at its head; or nil.
+-- The best band among the eligible hosts, as a priority, and the host at its head with that band
+-- (1000 - priority, as text); or nil.
 local function host_top_priority()
   if hready_maybe == nil then hready_maybe = gate_busy() end -- then the ZRANGE below tells
   if not hready_maybe then return nil end
@@ -373,7 +384,8 @@ local function host_top_priority()
     hready_maybe = false
     return nil
   end
-  return 1000 - math.floor(tonumber(top[2]) / BAND), top[1]
+  local band = math.floor(tonumber(top[2]) / BAND)
+  return 1000 - band, top[1], string.format('%d', band)
 end
 
 -- The state host_pop read for host h in 'c' mode (taken once), or nil.

@@ -60,7 +60,8 @@ PAGE = 500  # records read from the source per round trip
 BATCH = 200  # rows per migrate_in call: each call stays short (other clients wait behind it)
 #: hcfg fields that are the gate's bookkeeping, not settings (_hosts.lua's header).
 HCFG_BOOKKEEPING = ("nq", "lrs", "hl", "lq", "seq")
-#: A host's fields that count work in flight in the source (the target starts with none).
+#: A host's fields that count work in flight in the source (the target starts with none; its budget
+#: used, ``u``, leaves them out too: they are queued again and counted when handed out again).
 HOST_IN_FLIGHT = ("a", "d", "lr")
 #: The meta fields that are settings of the namespace (the rest is bookkeeping of its processes).
 META_SETTINGS = ("urlrules", "quiet_from", "quiet_to")
@@ -124,7 +125,10 @@ class Migration:
                 f"stop the workers of {self.source!r} first: {len(live)} worker process(es) heartbeat "
                 f"within the lease ({lease_ttl:g} s); a task they hold would run in both namespaces")
         tmeta = QueueKeys(self.target).meta
-        origin = self.client.hget(tmeta, "migrating_from") or self.client.hget(tmeta, "migrated_from")
+        running, done = self.client.hmget(tmeta, ["migrating_from", "migrated_from"])
+        if done is not None:
+            raise ConfigurationError(f"namespace {self.target!r} was migrated from {done!r} already")
+        origin = running
         if origin is not None and origin != self.source:
             raise ConfigurationError(
                 f"namespace {self.target!r} was migrated from {origin!r}, not {self.source!r}")
@@ -189,6 +193,8 @@ class Migration:
                 for host, state in zip(chunk, states, strict=True):
                     dk = self.dst[shard_of(host, len(self.dst))]
                     kept = {f: v for f, v in state.items() if f not in HOST_IN_FLIGHT}
+                    if "u" in kept:  # its in-flight tasks are queued again: counted when handed out again
+                        kept["u"] = str(max(0, int(kept["u"]) - int(state.get("a") or 0)))
                     if kept:
                         pipe.hset(dk.host_state(host), mapping=kept)
                     pipe.sadd(dk.hosts, host)

@@ -110,6 +110,13 @@ def test_a_gated_namespace_moves_to_four_shards_each_task_on_its_hosts_shard(
     assert after["queued"] == before["queued"] + before["dispatched"] + before["running"]
     assert report.renamed > 0 and report.carried == 20
     assert dst.hosts.get("b.example").concurrency == 1 and dst.hosts.get("c.example").state == "blocked"
+    in_flight = 0
+    for host in HOSTS:  # the budget used leaves out what was in flight: it is queued again
+        old = r.hgetall(src.shard_keys()[shard_of(host, 2)].host_state(host))
+        new = r.hgetall(dst.shard_keys()[shard_of(host, 4)].host_state(host))
+        assert int(new["u"]) == int(old["u"]) - int(old.get("a", 0)) and not {"a", "d"} & set(new)
+        in_flight += int(old.get("a", 0))
+    assert in_flight == before["dispatched"] + before["running"]
     queued_ids = []
     for index, k in enumerate(dst.shard_keys()):
         for host in HOSTS:
@@ -153,6 +160,9 @@ def test_refusals_write_nothing(redis_url: str, r: redis.Redis) -> None:
         Migration(src.client, "nothing", "dst", 2).check(lease_ttl=30)
     Migration(src.client, "src", "dst", 2).check(lease_ttl=30)
     assert not r.exists("cha:{dst}:meta") and paused(r, "src") is None
+    Migration(src.client, "src", "dst", 2).run()
+    with pytest.raises(ConfigurationError, match="'dst' was migrated from 'src' already"):
+        Migration(src.client, "src", "dst", 2).check(lease_ttl=30)
 
 
 def test_carried_urls_stay_duplicates_through_a_second_migration(redis_url: str, r: redis.Redis) -> None:

@@ -9,12 +9,12 @@ ids are carried instead: kept in buckets of the same layout under ``cd:`` (``mig
 'c'; ~13-15 B per id, in the shard of the id under the new count), and the namespace's meta hash
 lists the ancestors they come from (field ``carry``: their shard count and whether their gate placed
 tasks by host, one entry per migration that carried ids). An enqueue of a dedup task with a host
-then computes the id each ancestor would have given it and looks it up here, in one pipelined round
+then computes the ids each ancestor may have given it and looks them up here, in one pipelined round
 trip per call, before the enqueue script runs. An id found within the recrawl window (the dedup TTL
 by default: the completion hour, as for remembered ids) is a duplicate; carried ids only ever leave
 when the namespace is purged, so the look-up is never too generous. Namespaces with no ancestor
-carrying ids pay nothing: the queue reads the meta hash's field in the round trip of its first
-enqueue's registration.
+carrying ids pay nothing: the queue reads the meta hash's field with the URL rules, in the round
+trip of its first dedup enqueue's rule check (``url_rules.check_rules_reading``).
 """
 
 from __future__ import annotations
@@ -65,20 +65,24 @@ def carried_slot(keys: QueueKeys, task_id: str) -> tuple[str, bytes]:
     return done_slot(keys.prefix + "c", task_id)
 
 
-def ancestor_id(row: Row, carry: Carry) -> str:
-    """The id an ancestor gave the dedup task of ``row`` (``build_row``'s rule under its count)."""
+def ancestor_ids(row: Row, carry: Carry) -> list[str]:
+    """The ids an ancestor may have given the dedup task of ``row`` (``build_row``'s rule under its
+    count): the plain digest, and, where its gate placed tasks by host, the one on the host's shard
+    (a URL finished while its gate was off kept the plain one)."""
     source: KeySource = row[8]
     base = dedup_id(row[3], source.canonical)
     if carry.by_host and row[7]:
-        return on_host_shard(base, row[7], True, row[3], source.canonical, carry.shards)
-    return base
+        placed = on_host_shard(base, row[7], True, row[3], source.canonical, carry.shards)
+        if placed != base:
+            return [base, placed]
+    return [base]
 
 
 def carried_duplicates(client: redis.Redis, shards: list[QueueKeys], carries: Sequence[Carry],
                        rows: list[Row], window_ms: int) -> set[int]:
     """Positions of the dedup ``rows`` whose URL an ancestor finished within ``window_ms`` (-1: ever)."""
-    looked: list[tuple[int, str]] = [(i, ancestor_id(row, carry)) for i, row in enumerate(rows)
-                                     if row[2] == "1" for carry in carries]
+    looked: list[tuple[int, str]] = [(i, old) for i, row in enumerate(rows) if row[2] == "1"
+                                     for carry in carries for old in ancestor_ids(row, carry)]
     if not looked:
         return set()
     pipe = client.pipeline(transaction=False)

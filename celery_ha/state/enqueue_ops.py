@@ -19,7 +19,7 @@ from celery_ha.base.tracing import capture
 from celery_ha.base.urls import UrlRules
 from celery_ha.base.validation import shown
 from celery_ha.state.carried import META_FIELD as CARRY_FIELD
-from celery_ha.state.carried import Carry, carried_duplicates, parse_carries
+from celery_ha.state.carried import Carry, carried_duplicates, parse_carries, stored_carries
 from celery_ha.state.enqueue_args import (
     MAX_BATCH,
     SCRIPT_BATCH,
@@ -36,7 +36,7 @@ from celery_ha.state.keys import QueueKeys
 from celery_ha.state.namespaces import register
 from celery_ha.state.operator_ops import expiry_ms
 from celery_ha.state.sharded import by_shard
-from celery_ha.state.url_rules import check_rules, set_rules
+from celery_ha.state.url_rules import check_rules_reading, set_rules
 
 
 class EnqueueOps:
@@ -104,25 +104,22 @@ class EnqueueOps:
     def _carried(self, rows: list[Row], window: int) -> set[int]:
         """Rows that an ancestor of a migration finished within ``window`` (``state/carried.py``):
         duplicates the enqueue script cannot see. Nothing to look up for most namespaces (the
-        ancestors are read with the registration, in its round trip)."""
-        if not self._carries:
+        ancestors are read with the URL rules, in that once-per-queue round trip)."""
+        if not self._carries:  # none, or not read: only a dedup row's rule check reads them
             return set()
         return carried_duplicates(self.client, self.shard_keys(), self._carries, rows, window)
 
     def _register_once(self) -> None:
         """Put the namespace in the registry of namespaces (``state/namespaces.py``) at this queue's
-        first enqueue, so workers of a pattern find it, and read the ancestors whose remembered ids
-        it carries (``state/carried.py``): one round trip per queue object."""
+        first enqueue, so workers of a pattern find it: one ``SADD`` per queue object."""
         if not self._registered:
-            pipe = self.client.pipeline(transaction=False)
-            register(pipe, self.namespace)
-            pipe.hget(self.keys.meta, CARRY_FIELD)
-            self._carries = parse_carries(pipe.execute()[-1])
+            register(self.client, self.namespace)
             self._registered = True
 
     def set_url_rules(self, rules: UrlRules) -> None:
         """Record ``rules`` as the namespace's URL canonicalisation and use them (``state/url_rules.py``)."""
         self.url_rules, self._rules_checked = set_rules(self.client, self.namespace, rules), True
+        self._carries = stored_carries(self.client, self.namespace)  # read with the rules otherwise
 
     def enqueue_many_with_status(self, specs: Iterable[str | Mapping[str, Any]], *,
                                  task: str | None = None, priority: int = 0, dedup: bool = True,
@@ -141,15 +138,21 @@ class EnqueueOps:
         mode = self._key_mode or "host"
         rows = self._rows(specs, task, priority, dedup, mode)
         if not self._rules_checked and any(row[2] == "1" for row in rows):  # before any write
-            self._rules_checked = check_rules(self.client, self.namespace, self.url_rules)
+            # ... with the ancestors whose remembered URLs the namespace carries (state/carried.py)
+            self._carries = parse_carries(check_rules_reading(self.client, self.namespace, self.url_rules,
+                                                              CARRY_FIELD))
+            self._rules_checked = True
         if rows:
             self._register_once()
+            if self._carries and self.hosts.mode() != mode:  # the carried look-up needs today's keys
+                mode = self.hosts.mode()
+                rekey(rows, mode, self.host_gate, self.shard_count)
         created: dict[int, bool] = dict.fromkeys(self._carried(rows, window), False)
         mode_changes = 0
         for start in range(0, len(rows), batch_size):
             pending = [i for i in range(start, min(start + batch_size, len(rows))) if i not in created]
             while pending:  # one round trip per shard the batch touches
-                again: list[int] = []
+                again: list[int] = []  # rows to send again: a random id that met an existing one
                 for shard, at in by_shard([rows[i][0] for i in pending], self.shard_count).items():
                     part = [pending[a] for a in at]
                     codes = self._run("enqueue", window, mode, *grouped([rows[i] for i in part]), shard=shard)
@@ -157,25 +160,33 @@ class EnqueueOps:
                         codes = codes.decode()
                     if codes.startswith("!"):
                         # The namespace's host key mode changed since this process read it: nothing
-                        # was written; the keys of this part and of every later batch are made again.
+                        # of this part was written. Every row of the batch not written yet, and every
+                        # later batch, is keyed again (a gated row of a sharded namespace may move to
+                        # another shard), and the batch is sent again from its new shards.
                         mode_changes += 1
                         if mode_changes > 10:
                             raise InvalidInput(f"the host key mode of namespace {self.namespace} keeps "
                                                f"changing (now {codes[1:]!r}); enqueue again")
                         mode = self._key_mode = codes[1:]
                         self._key_mode_at = time.monotonic()
-                        rekey([rows[i] for i in part] + rows[start + batch_size:], mode, self.host_gate,
+                        unsent = [i for i in pending if i not in created]
+                        rekey([rows[i] for i in unsent] + rows[start + batch_size:], mode, self.host_gate,
                               self.shard_count)
-                        again += part
-                        continue
+                        pending = [i for i in unsent if i not in again]
+                        break
                     # One char per task: '1' new, '0' duplicate, '-' a random id met an existing one
                     # (astronomically rare): retried with a new id.
-                    created.update((i, code == "1") for i, code in zip(part, codes, strict=True))
-                    again += [i for i, code in zip(part, codes, strict=True) if code == "-"]
-                pending = again
-                for i in pending:
+                    for i, code in zip(part, codes, strict=True):
+                        if code == "-":
+                            again.append(i)
+                        else:
+                            created[i] = code == "1"
+                else:
+                    pending = []
+                for i in again:
                     rows[i][0] = random_id()
                     if self.host_gate and self.shard_count > 1 and rows[i][7]:
                         rows[i][0] = on_host_shard(rows[i][0], rows[i][7], False, "", "", self.shard_count)
+                pending = pending + again
         return [(row[0], created[i]) for i, row in enumerate(rows)]
 

@@ -6,13 +6,12 @@ process reads. Growing past the pre-sharded count therefore goes through a new n
 module moves everything a crawl needs into it, with the source stopped:
 
 * **Every task record**, as stored: attempts, stalls, errors, fencing token, dedup flag, meta, trace,
-  refetch state. Queued tasks first, band by band and host queue by host queue in hand-out order
-  (a queued record in no queue would never be handed out in the source either), then every other
-  record (``migrate_in.lua`` files each by its state: a dispatched one is queued, a
-  running one counts a stall). Checkpoints follow their tasks.
-* **Ids** stay the same, except where the host gate places tasks on their host's shard
-  (``enqueue_args.on_host_shard``): a gated task of a sharded target gets the id an enqueue into the
-  target would give it (a dedup task: from its task name and URL; another: drawn again).
+  refetch state. Queued tasks first, band by band and host queue by host queue in hand-out order,
+  then every record the first pass did not take (``migrate_in.lua`` files each by its state: a
+  dispatched one is queued, a running one counts a stall). Checkpoints follow their tasks.
+* **Ids** stay the same, except for gated tasks (``Migration.candidates``): one must sit on its host's
+  shard, so a gated dedup task gets the id an enqueue into the target gives its URL, and another
+  gated task off its host's shard a digest of its old id; never the id of another source record.
 * **Remembered finished URLs** (ids only, no URL) move as they are when their ids do not depend on
   the count (neither side places gated tasks by host, or the count is unchanged). Otherwise they are
   carried (``state/carried.py``): kept under ``cd:`` and looked up by the target's enqueue under the
@@ -32,6 +31,7 @@ its source (meta ``migrating_from``, then ``migrated_from``), and refuses anothe
 from __future__ import annotations
 
 import hashlib
+import itertools
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -51,6 +51,7 @@ from celery_ha.state.keys import QueueKeys
 from celery_ha.state.pause import pause
 from celery_ha.state.record_store import all_records, read_records
 from celery_ha.state.records import TaskInfo
+from celery_ha.state.sharded import by_shard
 from celery_ha.state.shards import namespace_keys, shard_of
 from celery_ha.state.taskqueue import TaskQueue
 from celery_ha.state.url_rules import stored_rules
@@ -110,7 +111,8 @@ class Migration:
         self.dst = self.queue.shard_keys()
         self.progress = progress or (lambda _phase, _n: None)
         self.report = MigrationReport(source, target, len(self.src), shards)
-        gate = client.hget(self.src[0].host_config, "on") == "1"
+        # Whether the gate was ever on ('0' once switched off): its tasks' ids may depend on the count.
+        gate = client.hget(self.src[0].host_config, "on") in ("0", "1")
         self.src_by_host = places_by_host(gate, len(self.src))
         self.dst_by_host = places_by_host(gate, shards)
         self.rules = stored_rules(client, source) or DEFAULT_RULES
@@ -145,6 +147,7 @@ class Migration:
             pipe.hget(k.record_geometry, "n")
             pipe.hget(k.stats, "remembered")
             pipe.hlen(k.items)
+            pipe.scard(k.legacy_seen)
         return any(int(v or 0) for v in pipe.execute())
 
     # ------------------------------------------------------------------ the run
@@ -156,9 +159,13 @@ class Migration:
         self.queue._ensure_layout()  # records the target's shard count (an empty namespace takes any)
         self._settings()
         for index, k in enumerate(self.src):
-            self._import(self._queued_records(k), k)
-            self._import(((tid, raw) for tid, raw in all_records(client, k)
-                          if TaskInfo.parse(tid, raw).state != "queued"), k)
+            # The queued records in hand-out order first, then every record (those already in are
+            # skipped: the second pass takes the rest, and any record the first could not see).
+            present = self.report.present
+            first = self._import(self._queued_records(k), k)
+            self.report.present = present  # the second pass sees every record: it counts them
+            self._import(all_records(client, k), k)
+            self.report.present -= first  # ... and the first pass's, as present, again
             self.progress(f"tasks of shard {index}", sum(self.report.tasks.values()))
         self._remembered()
         self._items()
@@ -247,34 +254,52 @@ class Migration:
             return False
         return band is None or str(info.priority) == str(band)
 
-    def new_id(self, old: str, info: TaskInfo) -> str:
-        """The id of a source task in the target (the same, but where the gate places it by host)."""
-        if not info.host or not (self.src_by_host or self.dst_by_host):
-            return old
-        canonical = ""
-        if info.dedup:  # as build_row makes it
+    def candidates(self, old: str, info: TaskInfo) -> Iterator[str]:
+        """The ids a source task may take in the target, best first (:meth:`new_id` takes the first
+        on the right shard that no other source record holds). A gated dedup task whose id the
+        source's enqueue made from its URL gets the one the target's enqueue makes: the first of the
+        digests of (task, URL, n), n = 0, 1, ..., on its host's shard (``enqueue_args.on_host_shard``;
+        the plain digest on one shard), so dedup stays exact. Any other task keeps its id, or, gated
+        and off its host's shard, takes digests of the old id (not random draws: a second run, and
+        the second pass over the records, give the same id)."""
+        if info.host and info.dedup:
             canonical = simple_canonical_url(info.url) or canonical_url(info.url, self.rules)
-        base = old
-        if info.dedup and self.src_by_host:
-            # The plain dedup id, when ``old`` is the one the source's enqueue chose from it (a dedup
-            # id a caller fixed itself stays the base).
             derived = dedup_id(info.task, canonical)
-            if on_host_shard(derived, info.host, True, info.task, canonical, len(self.src)) == old:
-                base = derived
-        if not self.dst_by_host:
-            return base
-        if info.dedup:
-            return on_host_shard(base, info.host, True, info.task, canonical, len(self.dst))
-        # A random id is drawn again from a digest of the old one, not at random, so a second run
-        # (and the second pass over the queued records) gives the same id: nothing is taken in twice.
-        want, new, n = shard_of(info.host, len(self.dst)), base, 0
-        while shard_of(new, len(self.dst)) != want:
-            n += 1
-            new = encode_id(hashlib.sha256(f"migrate\0{old}\0{n}".encode()).digest())
-        return new
+            if old == derived or (len(self.src) > 1 and on_host_shard(
+                    derived, info.host, True, info.task, canonical, len(self.src)) == old):
+                yield derived
+                for n in itertools.count(1):
+                    yield dedup_id(info.task, f"{canonical}\0{n}")
+        yield old
+        for n in itertools.count(1):
+            yield encode_id(hashlib.sha256(f"migrate\0{old}\0{n}".encode()).digest())
 
-    def _import(self, records: Iterable[tuple[str, str]], k: QueueKeys) -> None:
+    def new_id(self, old: str, info: TaskInfo, taken: Callable[[str], bool] = lambda _tid: False) -> str:
+        """The id of a source task in the target: a task without a host keeps its id (it may sit on
+        any shard); a gated one takes the first of its :meth:`candidates` on its host's shard that
+        no other source record holds (``taken``)."""
+        if not info.host:
+            return old
+        count = len(self.dst)
+        want = shard_of(info.host, count)
+        for tid in self.candidates(old, info):
+            if (count == 1 or shard_of(tid, count) == want) and (tid == old or not taken(tid)):
+                return tid
+        raise AssertionError("unreachable: the candidates never end")
+
+    def _taken(self, ids: list[str]) -> set[str]:
+        """Which of ``ids`` are ids of source records (a renamed task must not land on one)."""
+        found: set[str] = set()
+        for shard, positions in by_shard(ids, len(self.src)).items():
+            part = [ids[p] for p in positions]
+            records = read_records(self.client, self.src[shard], part)
+            found.update(t for t, raw in zip(part, records, strict=True) if raw is not None)
+        return found
+
+    def _import(self, records: Iterable[tuple[str, str]], k: QueueKeys) -> int:
+        """Take ``records`` of source shard ``k`` in; returns how many were new to the target."""
         page: list[tuple[str, str]] = []
+        before = sum(self.report.tasks.values())
         for pair in records:
             page.append(pair)
             if len(page) >= PAGE:
@@ -282,6 +307,7 @@ class Migration:
                 page = []
         if page:
             self._import_page(page, k)
+        return sum(self.report.tasks.values()) - before
 
     def _import_page(self, page: list[tuple[str, str]], k: QueueKeys) -> None:
         client = self.client
@@ -291,10 +317,17 @@ class Migration:
         pipe.zmscore(k.refetch, old_ids)
         pipe.zmscore(k.completed, old_ids)
         checkpoints, refetch, history = pipe.execute()
-        groups: dict[int, list[tuple[str, list[str], str]]] = {}
-        for (old, raw), ckpt, due, at in zip(page, checkpoints, refetch, history, strict=True):
-            info = TaskInfo.parse(old, raw)
-            new = self.new_id(old, info)
+        infos = [TaskInfo.parse(old, raw) for old, raw in page]
+        news = [self.new_id(old, info) for old, info in zip(old_ids, infos, strict=True)]
+        moved = [j for j, (old, new) in enumerate(zip(old_ids, news, strict=True)) if new != old]
+        if moved:  # the rare renamed id that another source record holds: the next candidate
+            clash = self._taken([news[j] for j in moved])
+            for j in moved:
+                if news[j] in clash:
+                    news[j] = self.new_id(old_ids[j], infos[j], lambda tid: bool(self._taken([tid])))
+        groups: dict[int, list[tuple[str, list[str], TaskInfo]]] = {}
+        for (old, raw), new, info, ckpt, due, at in zip(page, news, infos, checkpoints, refetch, history,
+                                                         strict=True):
             row = [new, raw, ckpt or "", "" if due is None else f"{due:.0f}",
                    "" if at is None else f"{at:.0f}"]
             groups.setdefault(shard_of(new, len(self.dst)), []).append((old, row, info))
@@ -304,13 +337,12 @@ class Migration:
                 reply = as_text(self.queue._run("migrate_in", "r", *(v for _, row, _ in chunk for v in row),
                                                 shard=shard))
                 for (old, row, info), code in zip(chunk, reply, strict=True):
-                    if code != "1":
+                    if code == "0":
                         self.report.present += 1
                         continue
                     state = str(getattr(info.state, "value", info.state))
                     self.report.tasks[state] = self.report.tasks.get(state, 0) + 1
-                    if state == "completed" and info.dedup:  # remembered by the import, under its new id
-                        self.report.remembered += 1
+                    self.report.remembered += code == "R"  # a finished dedup task, remembered now
                     self.report.renamed += row[0] != old
                     self.report.checkpoints += bool(row[2])
 
@@ -370,9 +402,13 @@ class Migration:
                 bucket = key[len(k.prefix) + len(family) - 2:]  # "d:<3 chars>" for both families
                 for raw_field, hour in fields.items():
                     yield done_id(bucket, raw_field), as_text(hour)
-        if family == "d:":
+        if family == "d:":  # the layouts of earlier releases: a sorted set (ms), a set (no time: now)
             for tid, ms in client.zscan_iter(k.done, count=1000):
                 yield as_text(tid), str(int((ms - DONE_EPOCH_MS) // HOUR_MS))
+            seconds, micros = client.time()
+            hour = str((seconds * 1000 + micros // 1000 - DONE_EPOCH_MS) // HOUR_MS)
+            for tid in client.sscan_iter(k.legacy_seen, count=1000):
+                yield as_text(tid), hour
 
     # ------------------------------------------------------------------ items
     def _items(self) -> None:

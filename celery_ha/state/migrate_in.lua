@@ -37,7 +37,8 @@
                  laid out as the remembered ones, named cd:<3 chars> / cd:~ instead of d:..., read by
                  the enqueue of the namespace from Python
             'i': 2 per item: item key, item JSON (appended to the commit log when new)
-  Reply: one character per row, in order: '1' taken in, '0' present already (nothing written)
+  Reply: one character per row, in order: '1' taken in, '0' present already (nothing written); for
+    'r', 'R' taken in and remembered now (a finished dedup task)
 ]]
 --#include _common
 local now = now_ms()
@@ -74,6 +75,7 @@ local queued, woken = band_batch(), 0
 rec_batch()
 for i = 3, #ARGV, 5 do
   local id, raw, ckpt, refetch_due, history = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local remembered = false
   if rec_get(id) then
     reply[#reply + 1] = '0'
   else
@@ -92,7 +94,9 @@ for i = 3, #ARGV, 5 do
     elseif s == 'x' then
       redis.call('ZADD', K_DEAD, fmt((tonumber(st.ut) or now) * 1000), id)
     elseif s == 'c' then
-      if st.dd == '1' then remember(id, now, done_hour(tonumber(st.ut) or now), true) end
+      if st.dd == '1' and remember(id, now, done_hour(tonumber(st.ut) or now), true) == 1 then
+        remembered = true
+      end
       if history ~= '' then redis.call('ZADD', K_COMPLETED, history, id) end
       if refetch_due ~= '' then redis.call('ZADD', K_REFETCH, refetch_due, id) end
     end
@@ -102,7 +106,7 @@ for i = 3, #ARGV, 5 do
       save(id, st, payload)
     end
     if ckpt ~= '' then redis.call('HSET', K_CKPT, id, ckpt) end
-    reply[#reply + 1] = '1'
+    reply[#reply + 1] = remembered and 'R' or '1'
   end
 end
 rec_settle()

@@ -45,17 +45,26 @@ def settings_rules() -> UrlRules:
 def check_rules(client: redis.Redis, namespace: str, rules: UrlRules) -> bool:
     """Record ``rules`` for ``namespace`` if it has none and they are not the defaults; raise
     ConfigurationError when they differ from what the namespace uses; True when they agree."""
+    check_rules_reading(client, namespace, rules)
+    return True
+
+
+def check_rules_reading(client: redis.Redis, namespace: str, rules: UrlRules, field: str | None = None
+                        ) -> str | None:
+    """:func:`check_rules`, reading one more field of the meta hash in the same round trip (the
+    enqueue's once-per-queue read of what else the namespace records); returns its value."""
     meta = QueueKeys(namespace).meta
     if rules != DEFAULT_RULES:
         client.hsetnx(meta, META_FIELD, rules.to_json())
-    stored = stored_rules(client, namespace) or DEFAULT_RULES
+    raw, extra = client.hmget(meta, [META_FIELD, field or META_FIELD])
+    stored = (None if raw is None else UrlRules.from_json(raw)) or DEFAULT_RULES
     if stored != rules:
         raise ConfigurationError(
             f"namespace {namespace!r} canonicalises URLs with {stored.describe()}; this process has "
             f"{rules.describe()}. Set CELERY_HA_URL_KEEP_FRAGMENTS / CELERY_HA_URL_STRIP_PARAMS alike "
             f"in every process, or record new rules with TaskQueue.set_url_rules (README \"Dedup and "
             f"URL canonicalisation\")")
-    return True
+    return extra if field else None
 
 
 def set_rules(client: redis.Redis, namespace: str, rules: UrlRules) -> UrlRules:

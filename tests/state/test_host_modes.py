@@ -100,3 +100,24 @@ def test_a_sharded_namespace_places_a_domain_on_one_shard(redis_url: str, r: red
     shard = sq._shards[sq.hosts._shard("example.test")]
     assert sorted(host_queue_ids(r, shard, "example.test")) == sorted(ids)
     assert len(claim_all(sq)) == 12
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_keys_made_again_keep_their_dedup_ids_on_every_shard(redis_url: str, r: redis.Redis,
+                                                              shards: int) -> None:
+    """A fresh process (mode 'host' until it reads one) enqueues URLs of a 'registered-domain'
+    namespace: the refused keys are made again, dedup ids stay dedup ids (a URL queued before is a
+    duplicate under the same id), and rows of the batch bound for other shards are keyed again too."""
+    first = TaskQueue.from_url(redis_url, namespace="km", shards=shards, host_gate=True)
+    first.hosts.set_mode("registered-domain")
+    urls = [f"http://s{i}.site{i % 4}.test/p" for i in range(12)]
+    before = first.enqueue_many(urls[:6])
+    fresh = TaskQueue.from_url(redis_url, namespace="km", shards=shards, host_gate=True)
+    status = fresh.enqueue_many_with_status(urls, batch_size=5)
+    assert [tid for tid, _ in status[:6]] == before and [new for _, new in status] == [False] * 6 + [True] * 6
+    assert {fresh.get(t).host for t, _ in status} == {f"site{i}.test" for i in range(4)}
+    for tid, _ in status:
+        host = fresh.get(tid).host
+        assert tid in host_queue_ids(r, fresh._shards[fresh.hosts._shard(host)], host)
+    assert len(claim_all(fresh)) == 12
+    check_invariants(r, fresh)

@@ -183,3 +183,74 @@ def test_carried_urls_stay_duplicates_through_a_second_migration(redis_url: str,
     fresh = [f"http://{HOSTS[i % 5]}/fresh/{i}" for i in range(10)]
     status = last.enqueue_many_with_status(old + newer + fresh)
     assert [new for _, new in status] == [False] * 80 + [True] * 10
+
+
+def _url_clashing() -> tuple[str, str]:
+    """A URL whose plain dedup id is off its host's shard of 2 and on its host's shard of 3."""
+    from celery_ha.state.ids import task_id_for
+
+    for i in range(10_000):
+        url = f"http://h{i % 7}.example/c/{i}"
+        plain = task_id_for("fetch_page", url)
+        host = f"h{i % 7}.example"
+        if shard_of(plain, 2) != shard_of(host, 2) and shard_of(plain, 3) == shard_of(host, 3):
+            return url, plain
+    raise AssertionError("no such URL")
+
+
+def test_a_task_queued_twice_across_a_gate_switch_stays_two_tasks(redis_url: str, r: redis.Redis) -> None:
+    """Queued with the gate off (its plain id), then on (placed on its host's shard: another id): in
+    the target the placed one's first candidate is the plain id, which the other task holds."""
+    url, plain = _url_clashing()
+    before = TaskQueue.from_url(redis_url, "sw", shards=2, default_task="fetch_page")
+    assert before.enqueue_many([url]) == [plain]
+    after = TaskQueue.from_url(redis_url, "sw", shards=2, host_gate=True, default_task="fetch_page")
+    placed = after.enqueue_many([url])[0]
+    assert placed != plain and after.stats()["queued"] == 2
+    report = Migration(after.client, "sw", "sw3", 3).run()
+    dst = TaskQueue.from_url(redis_url, "sw3", shards=3, host_gate=True, default_task="fetch_page")
+    assert report.tasks == {"queued": 2} and report.present == 0 and dst.stats()["queued"] == 2
+    assert len([lease for lease in iter(lambda: dst.claim_next("w"), None)]) == 2
+    check_invariants(r, dst)
+
+
+def test_tasks_left_in_host_queues_after_the_gate_went_off_follow_their_host(
+        redis_url: str, r: redis.Redis) -> None:
+    src = TaskQueue.from_url(redis_url, "off", shards=2, host_gate=True)
+    src.enqueue_many([f"http://{HOSTS[i % 5]}/o/{i}" for i in range(40)])
+    src.hosts.block("c.example", 600, reason="banned")
+    src.hosts.switch(False)
+    src.enqueue_many(["http://a.example/plain"])  # queued in its band, no host
+    report = Migration(src.client, "off", "off3", 3).run()
+    dst = TaskQueue.from_url(redis_url, "off3", shards=3)
+    assert sum(report.tasks.values()) == 41
+    for index, k in enumerate(dst.shard_keys()):
+        for host in HOSTS:
+            for band in r.zrange(k.host_bands(host), 0, -1):
+                assert all(shard_of(t, 3) == index == shard_of(host, 3)
+                           for t in r.lrange(k.host_list(band, host), 0, -1))
+    got = [lease.task.host for lease in iter(lambda: dst.claim_next("w"), None)]
+    assert len(got) == 41 - 8 and "c.example" not in got  # c.example's 8 wait for its block
+    check_invariants(r, dst)
+
+
+def test_ids_remembered_by_the_first_release_move_too(redis_url: str, r: redis.Redis) -> None:
+    src = TaskQueue.from_url(redis_url, "old01")
+    tid = src.task_ids(["http://a.example/seen"])[0]
+    r.sadd(src.keys.legacy_seen, tid)  # the 0.1 releases' set of finished dedup ids
+    assert src.enqueue_many_with_status(["http://a.example/seen"])[0][1] is False
+    report = Migration(src.client, "old01", "new01", 2).run()
+    dst = TaskQueue.from_url(redis_url, "new01", shards=2)
+    assert report.remembered == 1
+    assert dst.enqueue_many_with_status(["http://a.example/seen"])[0][1] is False
+
+
+def test_carried_urls_are_looked_up_under_the_namespaces_key_mode(redis_url: str, r: redis.Redis) -> None:
+    src = TaskQueue.from_url(redis_url, "rd", shards=2, host_gate=True, history_max=0)
+    src.hosts.set_mode("registered-domain")
+    urls = [f"http://s{i}.site{i % 4}.test/p" for i in range(30)]
+    for _ in src.enqueue_many(urls):
+        src.complete(src.claim_next("w"))
+    assert Migration(src.client, "rd", "rd3", 3).run().carried == 30
+    fresh = TaskQueue.from_url(redis_url, "rd3", shards=3, host_gate=True)  # has not read the mode yet
+    assert not any(new for _, new in fresh.enqueue_many_with_status(urls))

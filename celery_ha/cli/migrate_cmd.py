@@ -61,6 +61,9 @@ def _summary(report: MigrationReport) -> str:
     moved = ", ".join(f"{n:,} {state}" for state, n in sorted(report.tasks.items())) or "no task"
     lines = [f"migrated {report.source} ({report.source_shards} shard(s)) into {report.target} "
              f"({report.target_shards} shard(s)): {moved}"]
+    if report.unseen:
+        lines.append(f"  warning: {report.unseen:,} task(s) changed state while it ran (does something still "
+                     f"work on {report.source}?) or sit in no queue: stop it and run the command again")
     if report.present:
         lines.append(f"  {report.present:,} task(s) were there already (an earlier run)")
     if report.renamed:

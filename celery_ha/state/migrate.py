@@ -7,8 +7,9 @@ module moves everything a crawl needs into it, with the source stopped:
 
 * **Every task record**, as stored: attempts, stalls, errors, fencing token, dedup flag, meta, trace,
   refetch state. Queued tasks first, band by band and host queue by host queue in hand-out order,
-  then every record the first pass did not take (``migrate_in.lua`` files each by its state: a
-  dispatched one is queued, a running one counts a stall). Checkpoints follow their tasks.
+  then every other record (``migrate_in.lua`` files each by its state: a dispatched one is queued, a
+  running one counts a stall). Checkpoints follow their tasks. A record that changed state between
+  the two passes is counted (``unseen``) and taken by a second run.
 * **Ids** stay the same, except for gated tasks (``Migration.candidates``): one must sit on its host's
   shard, so a gated dedup task gets the id an enqueue into the target gives its URL, and another
   gated task off its host's shard a digest of its old id; never the id of another source record.
@@ -49,7 +50,7 @@ from celery_ha.state.host_queues import as_text, host_queue_parts, read_part
 from celery_ha.state.ids import dedup_id, encode_id
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.pause import pause
-from celery_ha.state.record_store import all_records, read_records
+from celery_ha.state.record_store import all_records, read_records, record_count
 from celery_ha.state.records import TaskInfo
 from celery_ha.state.sharded import by_shard
 from celery_ha.state.shards import namespace_keys, shard_of
@@ -80,6 +81,7 @@ class MigrationReport:
     target_shards: int
     tasks: dict[str, int] = field(default_factory=dict)  # moved now, by their state in the source
     present: int = 0  # records the target held already (a run that finishes an earlier one)
+    unseen: int = 0  # source records neither pass saw (they changed state meanwhile): run it again
     renamed: int = 0  # tasks whose id changed (the host gate places them on their host's shard)
     checkpoints: int = 0
     remembered: int = 0  # finished dedup ids the target remembers from this run
@@ -159,13 +161,13 @@ class Migration:
         self.queue._ensure_layout()  # records the target's shard count (an empty namespace takes any)
         self._settings()
         for index, k in enumerate(self.src):
-            # The queued records in hand-out order first, then every record (those already in are
-            # skipped: the second pass takes the rest, and any record the first could not see).
-            present = self.report.present
-            first = self._import(self._queued_records(k), k)
-            self.report.present = present  # the second pass sees every record: it counts them
-            self._import(all_records(client, k), k)
-            self.report.present -= first  # ... and the first pass's, as present, again
+            # The queued records in hand-out order first, then every other record. A record that
+            # changed state between the two passes (something ran against the source meanwhile), or
+            # a queued record in no queue, is seen by neither: counted, and taken by a second run.
+            seen = self._import(self._queued_records(k), k)
+            seen += self._import(((tid, raw) for tid, raw in all_records(client, k)
+                                  if TaskInfo.parse(tid, raw).state != "queued"), k)
+            self.report.unseen += max(0, record_count(client, k) - seen)
             self.progress(f"tasks of shard {index}", sum(self.report.tasks.values()))
         self._remembered()
         self._items()
@@ -297,17 +299,18 @@ class Migration:
         return found
 
     def _import(self, records: Iterable[tuple[str, str]], k: QueueKeys) -> int:
-        """Take ``records`` of source shard ``k`` in; returns how many were new to the target."""
+        """Take ``records`` of source shard ``k`` in; returns how many it went through."""
         page: list[tuple[str, str]] = []
-        before = sum(self.report.tasks.values())
+        count = 0
         for pair in records:
             page.append(pair)
+            count += 1
             if len(page) >= PAGE:
                 self._import_page(page, k)
                 page = []
         if page:
             self._import_page(page, k)
-        return sum(self.report.tasks.values()) - before
+        return count
 
     def _import_page(self, page: list[tuple[str, str]], k: QueueKeys) -> None:
         client = self.client

@@ -58,7 +58,7 @@ def test_an_ungated_namespace_moves_to_three_shards_whole_and_exactly_once(
     report = Migration(src.client, "old", "new", 3).run()
     dst = TaskQueue.from_url(redis_url, "new", lease_ttl=30, shards=3)
     after = dst.stats()
-    assert report.renamed == 0 and report.carried == 0 and report.remembered == 20
+    assert report.renamed == 0 and report.carried == 0 and report.remembered == 20 and report.unseen == 0
     assert after["queued"] == before["queued"] + before["dispatched"] + before["running"]
     assert (after["delayed"], after["dead"], after["running"], after["dispatched"]) == (1, 1, 0, 0)
     assert after["completed_history"] == before["completed_history"] and after["remembered"] == 20
@@ -254,3 +254,12 @@ def test_carried_urls_are_looked_up_under_the_namespaces_key_mode(redis_url: str
     assert Migration(src.client, "rd", "rd3", 3).run().carried == 30
     fresh = TaskQueue.from_url(redis_url, "rd3", shards=3, host_gate=True)  # has not read the mode yet
     assert not any(new for _, new in fresh.enqueue_many_with_status(urls))
+
+
+def test_a_record_neither_pass_sees_is_counted(redis_url: str, r: redis.Redis) -> None:
+    """A queued record in no queue (what a record that became queued between the passes looks like)."""
+    src = TaskQueue.from_url(redis_url, "lost")
+    ids = src.enqueue_many([f"http://a.example/{i}" for i in range(5)])
+    r.lrem(src.keys.ready_list(0), 0, ids[2])
+    report = Migration(src.client, "lost", "found", 2).run()
+    assert report.unseen == 1 and report.tasks == {"queued": 4}

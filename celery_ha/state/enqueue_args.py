@@ -179,14 +179,18 @@ def build_row(url: str, task: str, priority: int, meta: Mapping[str, Any] | None
 def rekey(rows: list[Row], mode: str, by_host: bool, shards: int) -> None:
     """Make the rows' host keys again under key ``mode`` (the namespace's mode changed after they
     were built): a sharded namespace's gated row moves to its new key's shard (its id is chosen
-    again as :func:`on_host_shard` chooses it)."""
+    again as :func:`on_host_shard` chooses it), and a dedup row that no longer has a key gets its
+    plain id back (as :func:`build_row` gives it under that mode)."""
     for row in rows:
         src: KeySource = row[8]
         row[7] = row_host(src.url, src.host, src.simple,
                           src.canonical if src.host is None and not src.simple else None, mode)
-        if by_host and shards > 1 and row[7]:
-            dedup = row[2] == "1"
-            tid = dedup_id(row[3], src.canonical) if dedup else random_id()
+        dedup = row[2] == "1"
+        placed = by_host and shards > 1 and bool(row[7])
+        if dedup:
+            row[0] = dedup_id(row[3], src.canonical)
+        if placed:
+            tid = row[0] if dedup else random_id()
             row[0] = on_host_shard(tid, row[7], dedup, row[3], src.canonical, shards)
 
 

@@ -172,7 +172,12 @@ class EnqueueOps:
                         unsent = [i for i in pending if i not in created]
                         rekey([rows[i] for i in unsent] + rows[start + batch_size:], mode, self.host_gate,
                               self.shard_count)
-                        pending = [i for i in unsent if i not in again]
+                        if self._carries:  # looked up again under the new keys
+                            later = range(start + batch_size, len(rows))
+                            recheck = unsent + [i for i in later if i not in created]
+                            for p in self._carried([rows[i] for i in recheck], window):
+                                created[recheck[p]] = False
+                        pending = [i for i in unsent if i not in again and i not in created]
                         break
                     # One char per task: '1' new, '0' duplicate, '-' a random id met an existing one
                     # (astronomically rare): retried with a new id.

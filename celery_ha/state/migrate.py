@@ -8,19 +8,22 @@ module moves everything a crawl needs into it, with the source stopped:
 * **Every task record**, as stored: attempts, stalls, errors, fencing token, dedup flag, meta, trace,
   refetch state. Queued tasks first, band by band and host queue by host queue in hand-out order,
   then every other record (``migrate_in.lua`` files each by its state: a dispatched one is queued, a
-  running one counts a stall). Checkpoints follow their tasks. A record that changed state between
-  the two passes is counted (``unseen``) and taken by a second run.
-* **Ids** stay the same, except for gated tasks (``Migration.candidates``): one must sit on its host's
-  shard, so a gated dedup task gets the id an enqueue into the target gives its URL, and another
-  gated task off its host's shard a digest of its old id; never the id of another source record.
+  running one counts a stall). Checkpoints follow their tasks. When the two passes saw fewer records
+  than a shard holds (one changed state between them, or a queued one sits in no queue), a third
+  takes every queued record; what is still missing is counted (``unseen``) and the migration stays
+  open for a second run.
+* **Ids** stay the same, except for gated tasks and dedup tasks of a gated namespace
+  (``state/migrate_ids.py``): a gated task must sit on its host's shard, and a dedup task takes the
+  id an enqueue into the target gives its URL; never an id another task keeps (``migmap`` in the
+  target tells a re-run's own id from another task's while the migration runs).
 * **Remembered finished URLs** (ids only, no URL) move as they are when their ids do not depend on
   the count (neither side places gated tasks by host, or the count is unchanged). Otherwise they are
   carried (``state/carried.py``): kept under ``cd:`` and looked up by the target's enqueue under the
   id the source gave the URL, so they stay duplicates. Ids the source carries from its own
   ancestors are carried on.
-* **Settings**: URL rules, the quiet window, the host gate's defaults, key mode and switch, each
-  host's limits, blocks and counters (not its in-flight counts), refetch schedules, and the proxy
-  pool's keys (with their expiry).
+* **Settings** (``state/migrate_settings.py``): URL rules, the quiet window, the host gate's
+  defaults, key mode and switch, each host's limits, blocks and counters (not its in-flight counts),
+  refetch schedules, and the proxy pool's keys (with their expiry).
 * **Sink items** in commit order, each in the target shard of its item key.
 
 Not moved: counters and histograms (the target starts its own), ETag validators (a cache),
@@ -31,8 +34,6 @@ its source (meta ``migrating_from``, then ``migrated_from``), and refuses anothe
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -42,31 +43,25 @@ import redis
 from redis.client import NEVER_DECODE
 
 from celery_ha.base.errors import ConfigurationError
-from celery_ha.base.urls import DEFAULT_RULES, canonical_url, simple_canonical_url
+from celery_ha.base.urls import DEFAULT_RULES
 from celery_ha.state.carried import Carry, set_carries, stored_carries
 from celery_ha.state.done_times import DONE_EPOCH_MS, HOUR_MS, done_id
-from celery_ha.state.enqueue_args import on_host_shard
 from celery_ha.state.host_queues import as_text, host_queue_parts, read_part
-from celery_ha.state.ids import dedup_id, encode_id
 from celery_ha.state.keys import QueueKeys
+from celery_ha.state.migrate_ids import TargetIds
+from celery_ha.state.migrate_settings import copy_settings
 from celery_ha.state.pause import pause
 from celery_ha.state.record_store import all_records, read_records, record_count
 from celery_ha.state.records import TaskInfo
-from celery_ha.state.sharded import by_shard
 from celery_ha.state.shards import namespace_keys, shard_of
 from celery_ha.state.taskqueue import TaskQueue
 from celery_ha.state.url_rules import stored_rules
 from celery_ha.state.worker_registry import list_workers
 
 PAGE = 500  # records read from the source per round trip
+#: Per target shard while a migration runs: renamed id -> the source id it was given to (migrate_in.lua).
+MIGMAP = "migmap"
 BATCH = 200  # rows per migrate_in call: each call stays short (other clients wait behind it)
-#: hcfg fields that are the gate's bookkeeping, not settings (_hosts.lua's header).
-HCFG_BOOKKEEPING = ("nq", "lrs", "hl", "lq", "seq")
-#: A host's fields that count work in flight in the source (the target starts with none; its budget
-#: used, ``u``, leaves them out too: they are queued again and counted when handed out again).
-HOST_IN_FLIGHT = ("a", "d", "lr")
-#: The meta fields that are settings of the namespace (the rest is bookkeeping of its processes).
-META_SETTINGS = ("urlrules", "quiet_from", "quiet_to")
 
 Progress = Callable[[str, int], None]
 
@@ -94,11 +89,6 @@ class MigrationReport:
         return asdict(self)
 
 
-def places_by_host(gate_on: bool, shards: int) -> bool:
-    """Whether a namespace picks a gated task's id by its host's shard (enqueue_args.build_row)."""
-    return gate_on and shards > 1
-
-
 class Migration:
     """One migration of ``source`` into ``target`` with ``shards`` shards (see the module docstring)."""
 
@@ -113,11 +103,11 @@ class Migration:
         self.dst = self.queue.shard_keys()
         self.progress = progress or (lambda _phase, _n: None)
         self.report = MigrationReport(source, target, len(self.src), shards)
+        on, mode = client.hmget(self.src[0].host_config, ["on", "km"])
         # Whether the gate was ever on ('0' once switched off): its tasks' ids may depend on the count.
-        gate = client.hget(self.src[0].host_config, "on") in ("0", "1")
-        self.src_by_host = places_by_host(gate, len(self.src))
-        self.dst_by_host = places_by_host(gate, shards)
-        self.rules = stored_rules(client, source) or DEFAULT_RULES
+        self.ids = TargetIds(client, self.src, shards, stored_rules(client, source) or DEFAULT_RULES,
+                             mode or "host", on in ("0", "1"))
+        self._collided: dict[str, set[str]] = {}  # source id -> target ids another task was given
 
     # ------------------------------------------------------------------ checks
     def check(self, lease_ttl: float) -> None:
@@ -159,75 +149,38 @@ class Migration:
         pause(client, self.source, reason=f"migrated to {self.target}")
         client.hsetnx(tmeta, "migrating_from", self.source)
         self.queue._ensure_layout()  # records the target's shard count (an empty namespace takes any)
-        self._settings()
+        self.report.hosts, self.report.proxy_keys = copy_settings(client, self.source, self.target, self.src,
+                                                                   self.dst)
         for index, k in enumerate(self.src):
-            # The queued records in hand-out order first, then every other record. A record that
-            # changed state between the two passes (something ran against the source meanwhile), or
-            # a queued record in no queue, is seen by neither: counted, and taken by a second run.
+            # The queued records in hand-out order first, then every other record. When the two
+            # passes saw fewer records than the shard holds (one changed state between them: something
+            # ran against the source meanwhile; or a queued record sits in no queue), a third pass
+            # takes every queued record (those already in are skipped); what is still missing is
+            # counted, and the migration stays open for a second run.
             seen = self._import(self._queued_records(k), k)
             seen += self._import(((tid, raw) for tid, raw in all_records(client, k)
                                   if TaskInfo.parse(tid, raw).state != "queued"), k)
-            self.report.unseen += max(0, record_count(client, k) - seen)
+            missing = record_count(client, k) - seen
+            if missing > 0:
+                before, present = sum(self.report.tasks.values()), self.report.present
+                self._import(((tid, raw) for tid, raw in all_records(client, k)
+                              if TaskInfo.parse(tid, raw).state == "queued"), k)
+                missing -= sum(self.report.tasks.values()) - before
+                self.report.present = present  # those it finds in are the first pass's
+            self.report.unseen += max(0, missing)
             self.progress(f"tasks of shard {index}", sum(self.report.tasks.values()))
         self._remembered()
         self._items()
+        if self.report.unseen:
+            return self.report  # still migrating: a second run may finish it
+        for k in self.dst:
+            client.unlink(k.prefix + MIGMAP)
         client.hset(tmeta, "migrated_from", self.source)
         client.hdel(tmeta, "migrating_from")
         client.hset(QueueKeys(self.source).meta, "migrated_to", self.target)
         return self.report
 
     # ------------------------------------------------------------------ settings
-    def _settings(self) -> None:
-        client, src0 = self.client, self.src[0]
-        meta = dict(zip(META_SETTINGS, client.hmget(src0.meta, list(META_SETTINGS)), strict=True))
-        meta = {name: value for name, value in meta.items() if value is not None}
-        if meta:
-            client.hset(QueueKeys(self.target).meta, mapping=meta)
-        hcfg = {f: v for f, v in client.hgetall(src0.host_config).items() if f not in HCFG_BOOKKEEPING}
-        schedules = client.hgetall(src0.schedules)
-        for k in self.dst:
-            if hcfg:
-                client.hset(k.host_config, mapping=hcfg)
-            if schedules:
-                client.hset(k.schedules, mapping=schedules)
-        for k in self.src:
-            hosts = sorted(client.sscan_iter(k.hosts, count=1000))
-            for at in range(0, len(hosts), PAGE):
-                chunk = hosts[at:at + PAGE]
-                pipe = client.pipeline(transaction=False)
-                for host in chunk:
-                    pipe.hgetall(k.host_state(host))
-                states = pipe.execute()
-                pipe = client.pipeline(transaction=False)
-                for host, state in zip(chunk, states, strict=True):
-                    dk = self.dst[shard_of(host, len(self.dst))]
-                    kept = {f: v for f, v in state.items() if f not in HOST_IN_FLIGHT}
-                    if "u" in kept:  # its in-flight tasks are queued again: counted when handed out again
-                        kept["u"] = str(max(0, int(kept["u"]) - int(state.get("a") or 0)))
-                    if kept:
-                        pipe.hset(dk.host_state(host), mapping=kept)
-                    pipe.sadd(dk.hosts, host)
-                pipe.execute()
-                self.report.hosts += len(chunk)
-        self._proxy_keys()
-
-    def _proxy_keys(self) -> None:
-        """Copy the proxy pool's keys (``cha:{source}:px:*``) with DUMP/RESTORE, expiry kept; a key
-        the target holds already is left as it is."""
-        client = self.client
-        old, new = QueueKeys(self.source).prefix + "px:", QueueKeys(self.target).prefix + "px:"
-        for key in client.scan_iter(match=old + "*", count=1000):
-            blob, ttl = client.dump(key), client.pttl(key)
-            if blob is None or ttl == -2:
-                continue
-            try:
-                client.restore(new + key[len(old):], max(ttl, 0), blob)
-            except redis.ResponseError as exc:
-                if "BUSYKEY" not in str(exc):
-                    raise
-                continue
-            self.report.proxy_keys += 1
-
     # ------------------------------------------------------------------ tasks
     def _queued_records(self, k: QueueKeys) -> Iterator[tuple[str, str]]:
         """The source shard's queued records in hand-out order: the ready bands, best first, then
@@ -256,48 +209,6 @@ class Migration:
             return False
         return band is None or str(info.priority) == str(band)
 
-    def candidates(self, old: str, info: TaskInfo) -> Iterator[str]:
-        """The ids a source task may take in the target, best first (:meth:`new_id` takes the first
-        on the right shard that no other source record holds). A gated dedup task whose id the
-        source's enqueue made from its URL gets the one the target's enqueue makes: the first of the
-        digests of (task, URL, n), n = 0, 1, ..., on its host's shard (``enqueue_args.on_host_shard``;
-        the plain digest on one shard), so dedup stays exact. Any other task keeps its id, or, gated
-        and off its host's shard, takes digests of the old id (not random draws: a second run, and
-        the second pass over the records, give the same id)."""
-        if info.host and info.dedup:
-            canonical = simple_canonical_url(info.url) or canonical_url(info.url, self.rules)
-            derived = dedup_id(info.task, canonical)
-            if old == derived or (len(self.src) > 1 and on_host_shard(
-                    derived, info.host, True, info.task, canonical, len(self.src)) == old):
-                yield derived
-                for n in itertools.count(1):
-                    yield dedup_id(info.task, f"{canonical}\0{n}")
-        yield old
-        for n in itertools.count(1):
-            yield encode_id(hashlib.sha256(f"migrate\0{old}\0{n}".encode()).digest())
-
-    def new_id(self, old: str, info: TaskInfo, taken: Callable[[str], bool] = lambda _tid: False) -> str:
-        """The id of a source task in the target: a task without a host keeps its id (it may sit on
-        any shard); a gated one takes the first of its :meth:`candidates` on its host's shard that
-        no other source record holds (``taken``)."""
-        if not info.host:
-            return old
-        count = len(self.dst)
-        want = shard_of(info.host, count)
-        for tid in self.candidates(old, info):
-            if (count == 1 or shard_of(tid, count) == want) and (tid == old or not taken(tid)):
-                return tid
-        raise AssertionError("unreachable: the candidates never end")
-
-    def _taken(self, ids: list[str]) -> set[str]:
-        """Which of ``ids`` are ids of source records (a renamed task must not land on one)."""
-        found: set[str] = set()
-        for shard, positions in by_shard(ids, len(self.src)).items():
-            part = [ids[p] for p in positions]
-            records = read_records(self.client, self.src[shard], part)
-            found.update(t for t, raw in zip(part, records, strict=True) if raw is not None)
-        return found
-
     def _import(self, records: Iterable[tuple[str, str]], k: QueueKeys) -> int:
         """Take ``records`` of source shard ``k`` in; returns how many it went through."""
         page: list[tuple[str, str]] = []
@@ -321,39 +232,52 @@ class Migration:
         pipe.zmscore(k.completed, old_ids)
         checkpoints, refetch, history = pipe.execute()
         infos = [TaskInfo.parse(old, raw) for old, raw in page]
-        news = [self.new_id(old, info) for old, info in zip(old_ids, infos, strict=True)]
+        news = [self.ids.new_id(old, info) for old, info in zip(old_ids, infos, strict=True)]
         moved = [j for j, (old, new) in enumerate(zip(old_ids, news, strict=True)) if new != old]
-        if moved:  # the rare renamed id that another source record holds: the next candidate
-            clash = self._taken([news[j] for j in moved])
+        if moved:  # the rare renamed id that another source task keeps: the next candidate
+            clash = self.ids.taken([news[j] for j in moved])
             for j in moved:
                 if news[j] in clash:
-                    news[j] = self.new_id(old_ids[j], infos[j], lambda tid: bool(self._taken([tid])))
+                    news[j] = self.ids.new_id(old_ids[j], infos[j], lambda tid: bool(self.ids.taken([tid])))
         groups: dict[int, list[tuple[str, list[str], TaskInfo]]] = {}
         for (old, raw), new, info, ckpt, due, at in zip(page, news, infos, checkpoints, refetch, history,
                                                          strict=True):
             row = [new, raw, ckpt or "", "" if due is None else f"{due:.0f}",
-                   "" if at is None else f"{at:.0f}"]
+                   "" if at is None else f"{at:.0f}", "" if new == old else old]
             groups.setdefault(shard_of(new, len(self.dst)), []).append((old, row, info))
         for shard, rows in groups.items():
             for at in range(0, len(rows), BATCH):
-                chunk = rows[at:at + BATCH]
-                reply = as_text(self.queue._run("migrate_in", "r", *(v for _, row, _ in chunk for v in row),
-                                                shard=shard))
-                for (old, row, info), code in zip(chunk, reply, strict=True):
-                    if code == "0":
-                        self.report.present += 1
-                        continue
-                    state = str(getattr(info.state, "value", info.state))
-                    self.report.tasks[state] = self.report.tasks.get(state, 0) + 1
-                    self.report.remembered += code == "R"  # a finished dedup task, remembered now
-                    self.report.renamed += row[0] != old
-                    self.report.checkpoints += bool(row[2])
+                self._send_rows(shard, rows[at:at + BATCH])
+
+    def _send_rows(self, shard: int, rows: list[tuple[str, list[str], TaskInfo]]) -> None:
+        """One migrate_in call for ``rows`` of one target shard. A renamed task whose id another
+        renamed task took in this migration (two tasks of one URL under two host keys) gets its next
+        candidate, sent again (``migrate_in.lua`` keeps which task each renamed id was given to)."""
+        args = [v for _, row, _ in rows for v in row]
+        reply = as_text(self.queue._run("migrate_in", "r", *args, shard=shard))
+        for (old, row, info), code in zip(rows, reply, strict=True):
+            if code == "C":
+                tried = self._collided.setdefault(old, set())
+                tried.add(row[0])
+                row[0] = self.ids.new_id(old, info,
+                                     lambda tid, tried=tried: tid in tried or bool(self.ids.taken([tid])))
+                self._send_rows(shard_of(row[0], len(self.dst)), [(old, row, info)])
+                continue
+            if code == "0":
+                self.report.present += 1
+                continue
+            state = str(getattr(info.state, "value", info.state))
+            self.report.tasks[state] = self.report.tasks.get(state, 0) + 1
+            self.report.remembered += code == "R"  # a finished dedup task, remembered now
+            self.report.renamed += row[0] != old
+            self.report.checkpoints += bool(row[2])
 
     # ------------------------------------------------------------------ remembered ids
     def remembered_moves(self) -> bool:
         """Whether remembered ids keep their meaning in the target (see the module docstring)."""
-        same = len(self.src) == len(self.dst) and self.src_by_host == self.dst_by_host
-        return same or not (self.src_by_host or self.dst_by_host)
+        ids = self.ids
+        same = len(self.src) == len(self.dst) and ids.src_by_host == ids.dst_by_host
+        return same or not (ids.src_by_host or ids.dst_by_host)
 
     def _remembered(self) -> None:
         """Remembered ids move as they are when they keep their meaning; otherwise they are carried
@@ -361,7 +285,7 @@ class Migration:
         moves = self.remembered_moves()
         carries = stored_carries(self.client, self.source)
         if not moves:
-            carries.append(Carry(len(self.src), self.src_by_host))
+            carries.append(Carry(len(self.src), self.ids.src_by_host))
         for k in self.src:
             self._send("m" if moves else "c", self._bucket_ids(k, "d:"))
             self._send("c", self._bucket_ids(k, "cd:"))

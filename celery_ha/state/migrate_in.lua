@@ -23,14 +23,16 @@
   KEYS[11] wake (one token per task queued, for blocked claim_next callers)
   Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority>, the host
     gate's keys (_hosts.lua: h, hb, hl, hq, hcfg, hosts, hready, hwait), the buckets of remembered
-    ids (_remembered.lua: d:<3 chars>, d:~, dk), the carried ids (cd:<3 chars>, cd:~), the refetch
-    index (_refetch.lua: refetch) and the sink (items, itemlog) are named from ARGV[1], the prefix
-    every KEYS entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common
-    checks it).
+    ids (_remembered.lua: d:<3 chars>, d:~, dk), the carried ids (cd:<3 chars>, cd:~), migmap, the
+    refetch index (_refetch.lua: refetch) and the sink (items, itemlog) are named from ARGV[1], the
+    prefix every KEYS entry starts with (its {hash tag} included), so they share KEYS[1]'s slot
+    (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2] what the rows are: 'r' records, 'm' remembered ids, 'c' carried ids, 'i' items
-  ARGV[3..] 'r': 5 per task: id, record (_common.lua), checkpoint JSON or '', refetch due (ms) or '',
-              its time in the source's completed history (ms) or ''
+  ARGV[3..] 'r': 6 per task: id, record (_common.lua), checkpoint JSON or '', refetch due (ms) or '',
+              its time in the source's completed history (ms) or '', and its id in the source when
+              the task was renamed ('' when it keeps it): kept in migmap (id -> source id) while the
+              migration runs, so a renamed id another task holds is told from a re-run's
             'm': 2 per id: id, completion hour (_remembered.lua)
             'c': 2 per id: id, completion hour, kept as a carried id: a remembered id of an ancestor
                  namespace whose ids depended on its shard count (state/carried.py), in buckets
@@ -38,7 +40,8 @@
                  the enqueue of the namespace from Python
             'i': 2 per item: item key, item JSON (appended to the commit log when new)
   Reply: one character per row, in order: '1' taken in, '0' present already (nothing written); for
-    'r', 'R' taken in and remembered now (a finished dedup task)
+    'r', 'R' taken in and remembered now (a finished dedup task), 'C' not taken: its new id is held by
+    another task (the caller gives it its next one)
 ]]
 --#include _common
 local now = now_ms()
@@ -73,12 +76,20 @@ end
 
 local queued, woken = band_batch(), 0
 rec_batch()
-for i = 3, #ARGV, 5 do
+local K_MIGMAP = PREFIX .. 'migmap'
+for i = 3, #ARGV, 6 do
   local id, raw, ckpt, refetch_due, history = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local from = ARGV[i + 5]
   local remembered = false
   if rec_get(id) then
-    reply[#reply + 1] = '0'
+    -- a re-run's own task, or (renamed) another task's id: only migmap tells them apart
+    if from ~= '' and redis.call('HGET', K_MIGMAP, id) ~= from then
+      reply[#reply + 1] = 'C'
+    else
+      reply[#reply + 1] = '0'
+    end
   else
+    if from ~= '' then redis.call('HSET', K_MIGMAP, id, from) end
     local st, payload = decode(raw)
     local s = st.s
     if s == 'q' or s == 'd' then

@@ -121,3 +121,18 @@ def test_keys_made_again_keep_their_dedup_ids_on_every_shard(redis_url: str, r: 
         assert tid in host_queue_ids(r, fresh._shards[fresh.hosts._shard(host)], host)
     assert len(claim_all(fresh)) == 12
     check_invariants(r, fresh)
+
+
+def test_keys_made_again_under_custom_mode_give_the_plain_id(redis_url: str, r: redis.Redis) -> None:
+    """A fresh process (mode 'host') enqueues into a sharded 'custom' namespace: the URL makes no key
+    any more, so its id is the plain digest, the one a process that knows the mode computes."""
+    knows = TaskQueue.from_url(redis_url, namespace="cu", shards=3, host_gate=True)
+    knows.hosts.set_mode("custom")
+    url = next(f"http://w{i}.example/p" for i in range(1000)
+               if knows.task_ids([f"http://w{i}.example/p"])[0]
+               != TaskQueue.from_url(redis_url, namespace="cu", shards=3, host_gate=True).task_ids(
+                   [f"http://w{i}.example/p"])[0])
+    fresh = TaskQueue.from_url(redis_url, namespace="cu", shards=3, host_gate=True)
+    (tid, new), = fresh.enqueue_many_with_status([url])
+    assert new is True and tid == knows.task_ids([url])[0]
+    assert knows.enqueue_many_with_status([url]) == [(tid, False)]

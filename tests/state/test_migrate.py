@@ -256,10 +256,13 @@ def test_carried_urls_are_looked_up_under_the_namespaces_key_mode(redis_url: str
     assert not any(new for _, new in fresh.enqueue_many_with_status(urls))
 
 
-def test_a_record_neither_pass_sees_is_counted(redis_url: str, r: redis.Redis) -> None:
-    """A queued record in no queue (what a record that became queued between the passes looks like)."""
+def test_a_record_neither_queue_pass_sees_is_taken_by_a_third(redis_url: str, r: redis.Redis) -> None:
+    """A queued record in no queue (what a record that became queued between the passes looks like):
+    the shard holds more records than the two passes saw, so every queued record is looked at."""
     src = TaskQueue.from_url(redis_url, "lost")
     ids = src.enqueue_many([f"http://a.example/{i}" for i in range(5)])
     r.lrem(src.keys.ready_list(0), 0, ids[2])
     report = Migration(src.client, "lost", "found", 2).run()
-    assert report.unseen == 1 and report.tasks == {"queued": 4}
+    assert report.unseen == 0 and report.tasks == {"queued": 5} and report.present == 0
+    assert r.hget("cha:{found}:meta", "migrated_from") == "lost"
+    assert not any(r.exists(k.prefix + "migmap") for k in TaskQueue(r, "found", shards=2).shard_keys())

@@ -55,6 +55,11 @@ def hour_ms(hour: int | str | bytes) -> int:
     return DONE_EPOCH_MS + int(hour) * HOUR_MS
 
 
+def done_hour(ms: float) -> int:
+    """The remembered completion hour of a time (ms, Redis clock): done_hour of _remembered.lua."""
+    return int((ms - DONE_EPOCH_MS) // HOUR_MS)
+
+
 def finished_at(client: redis.Redis, namespace: str, shard_count: int, ids: Sequence[str]
                 ) -> list[int | None]:
     """The completion time (ms, Redis clock) of each remembered dedup id, None where it has not

@@ -45,7 +45,7 @@ from redis.client import NEVER_DECODE
 from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.urls import DEFAULT_RULES
 from celery_ha.state.carried import Carry, set_carries, stored_carries
-from celery_ha.state.done_times import DONE_EPOCH_MS, HOUR_MS, done_id
+from celery_ha.state.done_times import done_hour, done_id
 from celery_ha.state.host_queues import as_text, host_queue_parts, read_part
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.migrate_ids import TargetIds
@@ -331,9 +331,9 @@ class Migration:
                     yield done_id(bucket, raw_field), as_text(hour)
         if family == "d:":  # the layouts of earlier releases: a sorted set (ms), a set (no time: now)
             for tid, ms in client.zscan_iter(k.done, count=1000):
-                yield as_text(tid), str(int((ms - DONE_EPOCH_MS) // HOUR_MS))
+                yield as_text(tid), str(done_hour(ms))
             seconds, micros = client.time()
-            hour = str((seconds * 1000 + micros // 1000 - DONE_EPOCH_MS) // HOUR_MS)
+            hour = str(done_hour(seconds * 1000 + micros // 1000))
             for tid in client.sscan_iter(k.legacy_seen, count=1000):
                 yield as_text(tid), hour
 

@@ -69,6 +69,19 @@ def quiet_window(client: redis.Redis, namespace: str, silence_after: float) -> t
     return None
 
 
+def newest_silent_beat(client: redis.Redis, namespace: str, since_ms: int, silent_after: float
+                       ) -> int | None:
+    """The last beat (ms, Redis clock) of the newest pool process that fell silent after
+    ``since_ms``: its last beat turned older than ``silent_after`` seconds since then. None when no
+    process did. A process that stopped cleanly unregistered itself, so what is found died (or is
+    stopped)."""
+    now = redis_now_ms(client)
+    silent_ms = int(silent_after * 1000)
+    newest = client.zrevrangebyscore(QueueKeys(namespace).workers, now - silent_ms,
+                                     f"({since_ms - silent_ms}", start=0, num=1, withscores=True)
+    return int(newest[0][1]) if newest else None
+
+
 def unregister(client: redis.Redis, namespace: str, *workers: str) -> None:
     if workers:
         client.zrem(QueueKeys(namespace).workers, *workers)

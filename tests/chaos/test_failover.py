@@ -204,3 +204,24 @@ def test_a_worker_killed_with_messages_reserved_loses_no_task(make_cluster, site
     for i in (1, 2):
         assert len(site.hits(path=f"/case/{i}")) == 1
     assert count_items(cluster.r, cluster.namespace) == 2
+
+
+
+def test_reserved_messages_are_sent_again_once_the_workers_processes_fall_silent(make_cluster, site):
+    """(ii) The same loss with the redispatch timeout far beyond the deadline (300 s): once the dead
+    worker's pool processes have stopped beating, a sweep (here the watchdog of the next worker) sends
+    its stranded ``dispatched`` tasks again at once. Each page is still fetched once."""
+    cluster = make_cluster(CELERY_HA_REDISPATCH_AFTER="300")
+    w1 = cluster.worker("w1", concurrency=2)
+    for pid in child_pids(w1.pid):  # the pool can take messages but claims none
+        os.kill(pid, signal.SIGSTOP)
+    tids = [cluster.q.enqueue(site.case_url(i)) for i in (1, 2)]
+    cluster.pump()
+    wait_for(lambda: broker_backlog(cluster.broker, cluster.crawl_queue) == 0, message="messages taken")
+    cluster.kill_group(w1)
+    w2 = cluster.worker("w2", concurrency=2)
+    wait_for(lambda: cluster.all_completed(tids), timeout=40, message="both tasks well before 300 s")
+    assert "stopped beating" in cluster.log_text(w2)
+    for i in (1, 2):
+        assert len(site.hits(path=f"/case/{i}")) == 1
+    assert count_items(cluster.r, cluster.namespace) == 2

@@ -17,7 +17,7 @@ from celery_ha.proxy import ProxyPool, check_proxies
 from celery_ha.redisio.clock import redis_now_ms
 from celery_ha.redisio.lock import short_lock
 from celery_ha.state.keys import QueueKeys
-from celery_ha.state.worker_registry import prune, quiet_after, quiet_window
+from celery_ha.state.worker_registry import newest_silent_beat, prune, quiet_after, quiet_window
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,21 @@ def last_sweep_age(rt: Services) -> float:
     if not last:
         return float("inf")
     return max(0.0, (redis_now_ms(rt.client) - int(last)) / 1000.0)
+
+
+def a_process_fell_silent(rt: Services) -> bool:
+    """Whether a pool process of the namespace stopped beating since the last sweep.
+
+    A worker's main process keeps the messages it reserved (one per pool process) in memory only, so
+    a worker SIGKILLed with messages reserved strands their tasks ``dispatched``. Rather than wait
+    ``CELERY_HA_REDISPATCH_AFTER`` for them, the sweep that sees its processes fall silent sends every
+    dispatched task again whose message is not waiting in the broker. A live worker's reserved message
+    (at most one per pool process) and a message still being published get a second one, which the
+    claim drops; that happens once per process that dies."""
+    s = rt.settings
+    last = rt.client.hget(QueueKeys(s.namespace).meta, "last_sweep")
+    return newest_silent_beat(rt.client, s.namespace, int(last) if last else 0,
+                              quiet_after(s.heartbeat_interval)) is not None
 
 
 def sweep(app: Any, rt: Services | None = None, source: str = "beat") -> dict[str, Any] | None:
@@ -51,10 +66,14 @@ def sweep(app: Any, rt: Services | None = None, source: str = "beat") -> dict[st
         reclaimed = rt.queue.reclaim_expired(spare=silence)
         refetched = rt.queue.refetch_due()  # scheduled runs whose time came, bounded per sweep
         broker_lost = broker_lost_messages(app, rt)
-        sent = pump(rt.queue, app, s, redispatch_after=0 if broker_lost else None)
+        silent = not broker_lost and a_process_fell_silent(rt)
+        sent = pump(rt.queue, app, s, redispatch_after=0 if broker_lost or silent else None)
         if broker_lost:
             log.warning("sweep (%s): the broker lost its messages (restarted empty?): re-sent %d "
                         "dispatched task(s) at once", source, sent)
+        elif silent:
+            log.warning("sweep (%s): a worker process stopped beating: dispatched tasks whose message is "
+                        "not in the broker were sent again (%d sent)", source, sent)
         now = redis_now_ms(rt.client)
         rt.client.hset(keys.meta, mapping={"last_sweep": now, "last_sweep_by": f"{source}:{rt.worker_name}"})
         prune(rt.client, s.namespace, older_than=max(60.0, 10 * s.lease_ttl))

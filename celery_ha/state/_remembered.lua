@@ -28,7 +28,7 @@
   is still read (exact time) until the sweep has moved it into the buckets.
   Uses IDX and CHR of _base62 (included by _common before it).
   Defines: DONE_BUCKETS, K_DK (the bitmap), done_hour(ms), hour_ms(hour), done_slot(id) -> key, field,
-  bucket index;
+  bucket index; bitmap_reader(key) -> marked(i);
   done_bucket(i) -> key of bucket i (0-based; DONE_BUCKETS is d:~); done_id(i, field) -> the id;
   remember(id, now, hour, nx) -> 1 when newly remembered; done_time(id) -> completion ms or nil;
   forget_done(id); lower_dmin(hour).
@@ -73,6 +73,24 @@ local function done_slot(id)
     end
   end
   return PREFIX .. 'd:~', id, DONE_BUCKETS
+end
+
+-- A reader of a buckets bitmap (K_DK, or the carried ids' cdk): marked(i) -> whether bucket i may hold
+-- ids (the last one, ~, always may), and the next bucket worth a look; it reads a 4 KB window of the
+-- bitmap at a time.
+local function bitmap_reader(key)
+  local map, map_from = nil, 0 -- the window, from byte map_from
+  return function(i)
+    if i >= DONE_BUCKETS then return true end
+    local byte = math.floor(i / 8)
+    if not map or byte < map_from or byte >= map_from + 4096 then
+      map_from = byte
+      map = redis.call('GETRANGE', key, tostring(byte), tostring(byte + 4095))
+    end
+    local b = string.byte(map, byte - map_from + 1) or 0
+    if b == 0 then return false, (byte + 1) * 8 end
+    return math.floor(b / 2 ^ (7 - i % 8)) % 2 == 1, i + 1
+  end
 end
 
 local function done_bucket(i)

@@ -93,3 +93,16 @@ def carried_duplicates(client: redis.Redis, shards: list[QueueKeys], carries: Se
     now_ms = clock[0] * 1000 + clock[1] // 1000
     return {i for (i, _), hour in zip(looked, hours, strict=True)
             if hour is not None and (window_ms < 0 or hour_ms(hour) > now_ms - window_ms)}
+
+
+def count_duplicates(client: redis.Redis, shards: list[QueueKeys], ids: Sequence[str]) -> None:
+    """Count a duplicate for each of ``ids`` (found carried: no script saw them) in stats
+    ``duplicates`` of its shard, as the enqueue script counts the duplicates it finds."""
+    per_shard: dict[int, int] = {}
+    for task_id in ids:
+        shard = shard_of(task_id, len(shards))
+        per_shard[shard] = per_shard.get(shard, 0) + 1
+    pipe = client.pipeline(transaction=False)
+    for shard, n in per_shard.items():
+        pipe.hincrby(shards[shard].stats, "duplicates", n)
+    pipe.execute()

@@ -22,8 +22,9 @@ from celery_ha.state.records import decode_state
 COUNTERS = ("enqueued", "duplicates", "claimed", "failed", "retried", "reclaimed", "released",
             "redriven", "redispatched", "recrawled", "refetched", "unchanged", "items", "items_duplicate")
 
-#: Fields of ``stats`` that hold the dedup sweep's place (``forget_finished.lua``), not counts.
-SWEEP_FIELDS = ("dcur", "dpmin", "dmin")
+#: Fields of ``stats`` that hold the dedup sweeps' place (``forget_finished.lua``,
+#: ``forget_carried.lua``), not counts.
+SWEEP_FIELDS = ("dcur", "dpmin", "dmin", "ccur", "cpmin", "cmin")
 
 
 def queue_stats(client: redis.Redis, k: QueueKeys) -> dict[str, int]:

@@ -19,7 +19,7 @@ from celery_ha.base.tracing import capture
 from celery_ha.base.urls import UrlRules
 from celery_ha.base.validation import shown
 from celery_ha.state.carried import META_FIELD as CARRY_FIELD
-from celery_ha.state.carried import Carry, carried_duplicates, parse_carries, stored_carries
+from celery_ha.state.carried import Carry, carried_duplicates, count_duplicates, parse_carries, stored_carries
 from celery_ha.state.enqueue_args import (
     MAX_BATCH,
     SCRIPT_BATCH,
@@ -107,7 +107,18 @@ class EnqueueOps:
         ancestors are read with the URL rules, in that once-per-queue round trip)."""
         if not self._carries:  # none, or not read: only a dedup row's rule check reads them
             return set()
-        return carried_duplicates(self.client, self.shard_keys(), self._carries, rows, window)
+        found = carried_duplicates(self.client, self.shard_keys(), self._carries, rows, window)
+        if found:  # duplicates as the script counts its own, in the stats of each row's shard
+            count_duplicates(self.client, self.shard_keys(), [rows[i][0] for i in found])
+        return found
+
+    def _check_rules_once(self, rows: list[Row]) -> None:
+        """Before the first write of a dedup row: check the URL rules against the namespace's, and
+        read with them the ancestors whose remembered URLs it carries (state/carried.py)."""
+        if not self._rules_checked and any(row[2] == "1" for row in rows):
+            self._carries = parse_carries(check_rules_reading(self.client, self.namespace, self.url_rules,
+                                                              CARRY_FIELD))
+            self._rules_checked = True
 
     def _register_once(self) -> None:
         """Put the namespace in the registry of namespaces (``state/namespaces.py``) at this queue's
@@ -137,11 +148,7 @@ class EnqueueOps:
         # mode no longer in force (only while the gate is on, when they matter), so no read is paid.
         mode = self._key_mode or "host"
         rows = self._rows(specs, task, priority, dedup, mode)
-        if not self._rules_checked and any(row[2] == "1" for row in rows):  # before any write
-            # ... with the ancestors whose remembered URLs the namespace carries (state/carried.py)
-            self._carries = parse_carries(check_rules_reading(self.client, self.namespace, self.url_rules,
-                                                              CARRY_FIELD))
-            self._rules_checked = True
+        self._check_rules_once(rows)
         if rows:
             self._register_once()
             if self._carries and self.hosts.mode() != mode:  # the carried look-up needs today's keys

@@ -67,18 +67,7 @@ if ttl >= 0 then
   if cur then
     pmin = pmin or done_hour(now) -- ids remembered while the pass runs are this hour or later
     local examined, visited = 0, 0
-    local map, map_from = nil, 0 -- a 4 KB window of the bitmap, from byte map_from
-    local function marked(i) -- whether bucket i may hold ids; d:~ always may
-      if i >= DONE_BUCKETS then return true end
-      local byte = math.floor(i / 8)
-      if not map or byte < map_from or byte >= map_from + 4096 then
-        map_from = byte
-        map = redis.call('GETRANGE', K_DK, tostring(byte), tostring(byte + 4095))
-      end
-      local b = string.byte(map, byte - map_from + 1) or 0
-      if b == 0 then return false, (byte + 1) * 8 end -- the next bucket worth a look
-      return math.floor(b / 2 ^ (7 - i % 8)) % 2 == 1, i + 1
-    end
+    local marked = bitmap_reader(K_DK)
     while cur <= DONE_BUCKETS and examined < limit and visited < BUCKETS_PER_CALL do
       local hit, skip_to = marked(cur)
       while not hit and skip_to <= DONE_BUCKETS do

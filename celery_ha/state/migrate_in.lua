@@ -23,7 +23,8 @@
   KEYS[11] wake (one token per task queued, for blocked claim_next callers)
   Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority>, the host
     gate's keys (_hosts.lua: h, hb, hl, hq, hcfg, hosts, hready, hwait), the buckets of remembered
-    ids (_remembered.lua: d:<3 chars>, d:~, dk), the carried ids (cd:<3 chars>, cd:~), migmap, the
+    ids (_remembered.lua: d:<3 chars>, d:~, dk), the carried ids (cd:<3 chars>, cd:~, their bitmap
+    cdk), migmap, the
     refetch index (_refetch.lua: refetch) and the sink (items, itemlog) are named from ARGV[1], the
     prefix every KEYS entry starts with (its {hash tag} included), so they share KEYS[1]'s slot
     (_common checks it).
@@ -36,8 +37,9 @@
             'm': 2 per id: id, completion hour (_remembered.lua)
             'c': 2 per id: id, completion hour, kept as a carried id: a remembered id of an ancestor
                  namespace whose ids depended on its shard count (state/carried.py), in buckets
-                 laid out as the remembered ones, named cd:<3 chars> / cd:~ instead of d:..., read by
-                 the enqueue of the namespace from Python
+                 laid out as the remembered ones, named cd:<3 chars> / cd:~ instead of d:..., with
+                 the bitmap cdk of the buckets holding ids (as dk), read by the enqueue of the
+                 namespace from Python
             'i': 2 per item: item key, item JSON (appended to the commit log when new)
   Reply: one character per row, in order: '1' taken in, '0' present already (nothing written); for
     'r', 'R' taken in and remembered now (a finished dedup task), 'C' not taken: its new id is held by
@@ -56,10 +58,13 @@ if mode == 'm' then
 end
 
 if mode == 'c' then
+  local marks = PREFIX .. 'cdk'
   for i = 3, #ARGV, 2 do
-    local key, field = done_slot(ARGV[i])
+    local key, field, bucket = done_slot(ARGV[i])
     key = PREFIX .. 'c' .. string.sub(key, #PREFIX + 1)
-    reply[#reply + 1] = tostring(redis.call('HSETNX', key, field, ARGV[i + 1]))
+    local added = redis.call('HSETNX', key, field, ARGV[i + 1])
+    if added == 1 and bucket < DONE_BUCKETS then redis.call('SETBIT', marks, tostring(bucket), '1') end
+    reply[#reply + 1] = tostring(added)
   end
   return table.concat(reply)
 end

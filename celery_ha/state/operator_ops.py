@@ -13,9 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import redis
+
 from celery_ha.base import tracing
 from celery_ha.base.validation import MAX_ERROR_CHARS, check_int, clean_message, iter_many, parse_duration
+from celery_ha.state.carried import META_FIELD as CARRY_FIELD
+from celery_ha.state.carried import set_carries
 from celery_ha.state.enqueue_args import MAX_BATCH
+from celery_ha.state.keys import QueueKeys
 from celery_ha.state.queue_reads import _task_id
 from celery_ha.state.records import STATE_NAMES
 from celery_ha.state.replies import Refusal, raise_for, refused
@@ -35,7 +40,9 @@ class OperatorOps:
     """Cancel, redrive, recrawl and dedup upkeep of one namespace (every shard); TaskQueue provides
     the attributes."""
 
+    client: redis.Redis
     namespace: str
+    keys: QueueKeys  # shard 0's (the namespace's own tag: its meta hash)
     shard_count: int
     dedup_ttl: float | None
     _run: Callable[..., Any]
@@ -89,6 +96,26 @@ class OperatorOps:
                 total += forgotten + moved
                 if not more:
                     break
+        return total + self._forget_carried(ttl, batch, rounds) if ttl >= 0 else total
+
+    def _forget_carried(self, ttl: int, batch: int, rounds: int) -> int:
+        """Forget the carried ids (``state/carried.py``) older than the dedup TTL, bounded as
+        :meth:`forget_finished`; once no shard carries any, drop the namespace's ``carry`` list, so
+        its enqueues look nothing up any more. Nothing while a migration into it is under way (it
+        may still write carried ids), nor in a namespace that carries none (one read)."""
+        carry, migrating = self.client.hmget(self.keys.meta, [CARRY_FIELD, "migrating_from"])
+        if not carry or migrating:
+            return 0
+        total, empty = 0, 0
+        for shard in range(self.shard_count):
+            for _ in range(rounds):
+                forgotten, more, none = (int(x) for x in self._run("forget_carried", ttl, batch, shard=shard))
+                total += forgotten
+                if not more:
+                    empty += none
+                    break
+        if empty == self.shard_count:
+            set_carries(self.client, self.namespace, [])
         return total
 
     def cancel(self, task_id: str, reason: str = "by the operator") -> str | None:

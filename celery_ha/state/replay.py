@@ -34,24 +34,36 @@ def enqueue_if_absent(queue: TaskQueue, tasks: Iterable[tuple[str, str | Mapping
     A module function beside the queue rather than a method: it is the outbox's door, not part of the
     everyday API, and it uses the queue's own spec rules and script set.
     """
-    rows = replay_rows(tasks, queue)
+    rows, computed = replay_rows(tasks, queue)
     if rows:
         queue._register_once()
+    queue._check_rules_once(rows)
+    present = queue._carried(rows, -1)  # finished in an ancestor of a migration: a replay never recrawls
+    if queue._carries:
+        # The namespace was migrated from one whose dedup ids meant something else (state/carried.py):
+        # a request made before the migration names its task by the old id, and the task the URL has
+        # here, live or remembered, goes by the id this namespace gives it.
+        for row, own in zip(rows, computed, strict=True):
+            if row[2] == "1":
+                row[0] = own
     flags: list[bool] = []
     for at in range(0, len(rows), REPLAY_BATCH):
-        batch = rows[at:at + REPLAY_BATCH]
+        batch = [rows[i] for i in range(at, min(at + REPLAY_BATCH, len(rows))) if i not in present]
         got = [False] * len(batch)
         for shard, positions in by_shard([row[0] for row in batch], queue.shard_count).items():
             reply = queue._run("enqueue_if_absent", *grouped([batch[p] for p in positions]), shard=shard)
             for p, flag in zip(positions, created_flags(reply), strict=True):
                 got[p] = flag
-        flags += got
+        sent = iter(got)
+        flags += [False if i in present else next(sent) for i in range(at, min(at + REPLAY_BATCH, len(rows)))]
     return flags
 
 
-def replay_rows(tasks: Iterable[tuple[str, str | Mapping[str, Any]]], queue: TaskQueue) -> list[Row]:
+def replay_rows(tasks: Iterable[tuple[str, str | Mapping[str, Any]]], queue: TaskQueue
+                ) -> tuple[list[Row], list[str]]:
     """Validate ``(id, spec)`` pairs and return their rows (specs checked by the queue's rules, as
-    ``enqueue_many`` checks them) carrying the given ids; InvalidInput for a bad pair, id or spec."""
+    ``enqueue_many`` checks them) carrying the given ids, with the ids an enqueue would give them;
+    InvalidInput for a bad pair, id or spec."""
     ids: list[str] = []
     specs: list[str | Mapping[str, Any]] = []
     for pair in iter_many("tasks ((id, spec) pairs)", tasks):
@@ -60,9 +72,10 @@ def replay_rows(tasks: Iterable[tuple[str, str | Mapping[str, Any]]], queue: Tas
         ids.append(check_text("task id", pair[0], MAX_NAME_CHARS))
         specs.append(pair[1])
     rows = queue._rows(specs, None, 0, True, queue.hosts.mode())  # host keys under the mode in force
+    computed = [row[0] for row in rows]
     for row, task_id in zip(rows, ids, strict=True):
         row[0] = task_id
-    return rows
+    return rows, computed
 
 
 def created_flags(codes: Any) -> list[bool]:

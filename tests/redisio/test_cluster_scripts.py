@@ -227,6 +227,12 @@ def _run_every_script(url: str) -> None:
     assert pool.remove(pid)  # remove
     report = Migration(client, "sc", "sc3", 3).run()  # migrate_in: records, remembered ids, items
     assert sum(report.tasks.values()) > 0 and report.remembered > 0 and report.items > 0
+    gated = TaskQueue(client, "scg", lease_ttl=30, history_max=0, host_gate=True)
+    for _ in gated.enqueue_many(["https://example.com/g", "https://example.org/g"]):
+        gated.complete(gated.claim_next("w1"))
+    assert Migration(client, "scg", "scg2", 2).run().carried == 2  # migrate_in: carried ids
+    after = TaskQueue(client, "scg2", lease_ttl=30, host_gate=True, shards=2, dedup_ttl=0.001)
+    assert after.forget_finished() == 2  # forget_carried
 
 
 def test_every_script_touches_only_keys_of_its_routed_slot(cluster_url: str,

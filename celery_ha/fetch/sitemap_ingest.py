@@ -177,8 +177,12 @@ class SitemapIngest:
         # force (read here when it matters: task_ids itself reads nothing).
         if q.host_gate and q.shard_count > 1:
             q.hosts.mode()
-        ids = q.task_ids([{"url": e.url, **self.base} for e in dated])
-        done = dict(zip(ids, finished_at(q.client, q.namespace, q.shard_count, ids), strict=True))
+        rows = q._rows([{"url": e.url, **self.base} for e in dated], None, 0, True)
+        ids = [row[0] for row in rows]
+        # Finished here, else (None) in an ancestor of a migration whose ids were others (carried).
+        times = [at if at is not None else old for at, old in zip(
+            finished_at(q.client, q.namespace, q.shard_count, ids), q.carried_finished(rows), strict=True)]
+        done = dict(zip(ids, times, strict=True))
         now = redis_now_ms(q.client) if self.window_ms is not None else 0
         unchanged = 0
         verdict = {id(e): done[tid] for e, tid in zip(dated, ids, strict=True)}

@@ -78,21 +78,32 @@ def ancestor_ids(row: Row, carry: Carry) -> list[str]:
     return [base]
 
 
-def carried_duplicates(client: redis.Redis, shards: list[QueueKeys], carries: Sequence[Carry],
-                       rows: list[Row], window_ms: int) -> set[int]:
-    """Positions of the dedup ``rows`` whose URL an ancestor finished within ``window_ms`` (-1: ever)."""
+def carried_times(client: redis.Redis, shards: list[QueueKeys], carries: Sequence[Carry], rows: list[Row]
+                  ) -> tuple[int, list[int | None]]:
+    """(now, when an ancestor finished each dedup row's URL): the start of its completion hour (ms,
+    Redis clock), the latest where several ancestors did; None where none did (or not a dedup row)."""
     looked: list[tuple[int, str]] = [(i, old) for i, row in enumerate(rows) if row[2] == "1"
                                      for carry in carries for old in ancestor_ids(row, carry)]
-    if not looked:
-        return set()
     pipe = client.pipeline(transaction=False)
     pipe.time()
     for _, old in looked:
         pipe.hget(*carried_slot(shards[shard_of(old, len(shards))], old))
     clock, *hours = pipe.execute()
-    now_ms = clock[0] * 1000 + clock[1] // 1000
-    return {i for (i, _), hour in zip(looked, hours, strict=True)
-            if hour is not None and (window_ms < 0 or hour_ms(hour) > now_ms - window_ms)}
+    times: list[int | None] = [None] * len(rows)
+    for (i, _), hour in zip(looked, hours, strict=True):
+        if hour is not None:
+            at = hour_ms(hour)
+            times[i] = max(at, times[i] or at)
+    return clock[0] * 1000 + clock[1] // 1000, times
+
+
+def carried_duplicates(client: redis.Redis, shards: list[QueueKeys], carries: Sequence[Carry],
+                       rows: list[Row], window_ms: int) -> set[int]:
+    """Positions of the dedup ``rows`` whose URL an ancestor finished within ``window_ms`` (-1: ever)."""
+    if not any(row[2] == "1" for row in rows):
+        return set()
+    now_ms, times = carried_times(client, shards, carries, rows)
+    return {i for i, at in enumerate(times) if at is not None and (window_ms < 0 or at > now_ms - window_ms)}
 
 
 def count_duplicates(client: redis.Redis, shards: list[QueueKeys], ids: Sequence[str]) -> None:

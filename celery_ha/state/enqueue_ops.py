@@ -19,7 +19,14 @@ from celery_ha.base.tracing import capture
 from celery_ha.base.urls import UrlRules
 from celery_ha.base.validation import shown
 from celery_ha.state.carried import META_FIELD as CARRY_FIELD
-from celery_ha.state.carried import Carry, carried_duplicates, count_duplicates, parse_carries, stored_carries
+from celery_ha.state.carried import (
+    Carry,
+    carried_duplicates,
+    carried_times,
+    count_duplicates,
+    parse_carries,
+    stored_carries,
+)
 from celery_ha.state.enqueue_args import (
     MAX_BATCH,
     SCRIPT_BATCH,
@@ -111,6 +118,14 @@ class EnqueueOps:
         if found:  # duplicates as the script counts its own, in the stats of each row's shard
             count_duplicates(self.client, self.shard_keys(), [rows[i][0] for i in found])
         return found
+
+    def carried_finished(self, rows: list[Row]) -> list[int | None]:
+        """When an ancestor of a migration finished each dedup row's URL (ms, the start of its hour;
+        ``state/carried.py``), None where none did: sitemap ingestion compares it with ``lastmod``."""
+        self._check_rules_once(rows)
+        if not self._carries:
+            return [None] * len(rows)
+        return carried_times(self.client, self.shard_keys(), self._carries, rows)[1]
 
     def _check_rules_once(self, rows: list[Row]) -> None:
         """Before the first write of a dedup row: check the URL rules against the namespace's, and

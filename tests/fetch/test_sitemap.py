@@ -125,6 +125,27 @@ def test_lastmod_skips_unchanged_and_requeues_changed_pages(site: SitemapSite, r
     assert third.unchanged == 0 and third.new == 118
 
 
+def test_lastmod_is_compared_with_a_completion_a_migration_carried(site: SitemapSite, redis_url: str) -> None:
+    """A gated namespace of 1 shard moved to 3: its finished URLs' ids change, so the completion
+    times are carried (state/carried.py), and a sitemap's lastmod is still judged against them."""
+    from celery_ha.state.migrate import Migration
+
+    old = TaskQueue(redis_client(redis_url), "smg", host_gate=True, history_max=0)
+    mods = {i: "2020-01-01" for i in range(10)}
+    _shop(site, n=10, lastmod=mods)
+    urls = [f"{site.url}/p/{i}" for i in range(10)]
+    old.enqueue_many([{"url": u, "task": TASK} for u in urls])
+    _finish(old, urls)
+    assert Migration(old.client, "smg", "smg3", 3).run().carried == 10
+    q = TaskQueue(redis_client(redis_url), "smg3", shards=3, host_gate=True)
+    later = _iso(time.time() + 60)
+    for i in (3, 7):
+        mods[i] = later
+    counts = _ingest(q, [f"{site.url}/products.xml.gz"]).counts
+    assert (counts.changed, counts.unchanged, counts.new) == (2, 8, 2)
+    assert q.stats()["queued"] == 2
+
+
 def _peak(q: TaskQueue, url: str) -> tuple[int, int]:
     """(tracemalloc peak in bytes while ingesting ``url``, URLs queued)."""
     gc.collect()

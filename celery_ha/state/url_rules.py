@@ -42,17 +42,12 @@ def settings_rules() -> UrlRules:
     return UrlRules(Settings.one("url_keep_fragments"), Settings.one("url_strip_params"))
 
 
-def check_rules(client: redis.Redis, namespace: str, rules: UrlRules) -> bool:
-    """Record ``rules`` for ``namespace`` if it has none and they are not the defaults; raise
-    ConfigurationError when they differ from what the namespace uses; True when they agree."""
-    check_rules_reading(client, namespace, rules)
-    return True
-
-
 def check_rules_reading(client: redis.Redis, namespace: str, rules: UrlRules, field: str | None = None
                         ) -> str | None:
-    """:func:`check_rules`, reading one more field of the meta hash in the same round trip (the
-    enqueue's once-per-queue read of what else the namespace records); returns its value."""
+    """Record ``rules`` for ``namespace`` if it has none and they are not the defaults; raise
+    ConfigurationError when they differ from what the namespace uses. ``field``: one more field of the
+    meta hash read in the same round trip (the enqueue's once-per-queue read of what else the
+    namespace records), whose value is returned."""
     meta = QueueKeys(namespace).meta
     if rules != DEFAULT_RULES:
         client.hsetnx(meta, META_FIELD, rules.to_json())

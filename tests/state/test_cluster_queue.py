@@ -11,7 +11,7 @@ import pytest
 from redis.cluster import RedisCluster
 
 from celery_ha.state import TaskQueue
-from celery_ha.state.url_rules import check_rules
+from celery_ha.state.url_rules import check_rules_reading
 from tests.state.test_cancel import *  # noqa: F403  (the tests and their fixtures, collected here again)
 from tests.state.test_hosts import *  # noqa: F403
 from tests.state.test_queue import *  # noqa: F403
@@ -33,6 +33,7 @@ def counted(cluster_url: str, redis_cluster: RedisClusterGroup) -> TaskQueue:
     for script in queue._scripts._scripts.values():
         client.script_load(script.script)
     # The once-per-queue read of the URL rules (state/url_rules.py), done here: not a batch's trip.
-    queue._rules_checked = check_rules(queue.client, queue.namespace, queue.url_rules)
+    check_rules_reading(queue.client, queue.namespace, queue.url_rules)
+    queue._rules_checked = True
     CountingConnection.writes = 0
     return queue

@@ -13,7 +13,7 @@ from celery_ha import InvalidInput, LeaseLost, PayloadTooLarge, TaskNotFound, Ta
 from celery_ha.redisio.client import redis_client
 from celery_ha.state import Refusal, TaskState, task_id_for
 from celery_ha.state.replies import REASONS
-from celery_ha.state.url_rules import check_rules
+from celery_ha.state.url_rules import check_rules_reading
 from tests.support.invariants import check_invariants
 from tests.support.polling import wait_until
 from tests.support.records import delete_record, raw_record, record_count
@@ -46,7 +46,8 @@ def counted(redis_url: str) -> TaskQueue:
     for script in queue._scripts._scripts.values():
         queue.client.script_load(script.script)
     # The once-per-queue read of the URL rules (state/url_rules.py), done here: not a batch's trip.
-    queue._rules_checked = check_rules(queue.client, queue.namespace, queue.url_rules)
+    check_rules_reading(queue.client, queue.namespace, queue.url_rules)
+    queue._rules_checked = True
     CountingConnection.writes = 0
     return queue
 

@@ -158,13 +158,13 @@ class Migration:
             # takes every queued record (those already in are skipped); what is still missing is
             # counted, and the migration stays open for a second run.
             seen = self._import(self._queued_records(k), k)
-            seen += self._import(((tid, raw) for tid, raw in all_records(client, k)
-                                  if TaskInfo.parse(tid, raw).state != "queued"), k)
+            seen += self._import(((tid, raw, info) for tid, raw in all_records(client, k)
+                                  if (info := TaskInfo.parse(tid, raw)).state != "queued"), k)
             missing = record_count(client, k) - seen
             if missing > 0:
                 before, present = sum(self.report.tasks.values()), self.report.present
-                self._import(((tid, raw) for tid, raw in all_records(client, k)
-                              if TaskInfo.parse(tid, raw).state == "queued"), k)
+                self._import(((tid, raw, info) for tid, raw in all_records(client, k)
+                              if (info := TaskInfo.parse(tid, raw)).state == "queued"), k)
                 missing -= sum(self.report.tasks.values()) - before
                 self.report.present = present  # those it finds in are the first pass's
             self.report.unseen += max(0, missing)
@@ -182,9 +182,9 @@ class Migration:
 
     # ------------------------------------------------------------------ settings
     # ------------------------------------------------------------------ tasks
-    def _queued_records(self, k: QueueKeys) -> Iterator[tuple[str, str]]:
-        """The source shard's queued records in hand-out order: the ready bands, best first, then
-        each host's queue (stale entries, whose records are not queued there, are skipped)."""
+    def _queued_records(self, k: QueueKeys) -> Iterator[tuple[str, str, TaskInfo]]:
+        """The source shard's queued records in hand-out order, parsed: the ready bands, best first,
+        then each host's queue (stale entries, whose records are not queued there, are skipped)."""
         client = self.client
         for band in client.zrange(k.ready_bands, 0, -1):
             key = k.ready_list(band)
@@ -192,26 +192,28 @@ class Migration:
             while page := [as_text(i) for i in client.lrange(key, start, start + PAGE - 1)]:
                 start += len(page)
                 for tid, raw in zip(page, read_records(client, k, page), strict=True):
-                    if raw is not None and self._queued_in(raw, band, None):
-                        yield tid, raw
+                    if raw is not None and (info := self._queued_in(tid, raw, band, None)):
+                        yield tid, raw, info
         for host in sorted(client.sscan_iter(k.hosts, count=1000)):
             for part in host_queue_parts(client, k, [host])[0]:
                 for start in range(0, part[1], PAGE):
                     page = read_part(client, part, start, start + PAGE - 1)
                     for tid, raw in zip(page, read_records(client, k, page), strict=True):
-                        if raw is not None and self._queued_in(raw, None, host):
-                            yield tid, raw
+                        if raw is not None and (info := self._queued_in(tid, raw, None, host)):
+                            yield tid, raw, info
 
     @staticmethod
-    def _queued_in(raw: str, band: str | None, host: str | None) -> bool:
-        info = TaskInfo.parse("", raw)
+    def _queued_in(tid: str, raw: str, band: str | None, host: str | None) -> TaskInfo | None:
+        """The record parsed when it is queued where it was found (``band``, or ``host``'s queue)."""
+        info = TaskInfo.parse(tid, raw)
         if info.state != "queued" or info.host != host:
-            return False
-        return band is None or str(info.priority) == str(band)
+            return None
+        return info if band is None or str(info.priority) == str(band) else None
 
-    def _import(self, records: Iterable[tuple[str, str]], k: QueueKeys) -> int:
-        """Take ``records`` of source shard ``k`` in; returns how many it went through."""
-        page: list[tuple[str, str]] = []
+    def _import(self, records: Iterable[tuple[str, str, TaskInfo]], k: QueueKeys) -> int:
+        """Take ``records`` (id, record, parsed) of source shard ``k`` in; returns how many it went
+        through."""
+        page: list[tuple[str, str, TaskInfo]] = []
         count = 0
         for pair in records:
             page.append(pair)
@@ -223,15 +225,15 @@ class Migration:
             self._import_page(page, k)
         return count
 
-    def _import_page(self, page: list[tuple[str, str]], k: QueueKeys) -> None:
+    def _import_page(self, page: list[tuple[str, str, TaskInfo]], k: QueueKeys) -> None:
         client = self.client
-        old_ids = [tid for tid, _ in page]
+        old_ids = [tid for tid, _, _ in page]
         pipe = client.pipeline(transaction=False)
         pipe.hmget(k.checkpoints, old_ids)
         pipe.zmscore(k.refetch, old_ids)
         pipe.zmscore(k.completed, old_ids)
         checkpoints, refetch, history = pipe.execute()
-        infos = [TaskInfo.parse(old, raw) for old, raw in page]
+        infos = [info for _, _, info in page]
         news = [self.ids.new_id(old, info) for old, info in zip(old_ids, infos, strict=True)]
         moved = [j for j, (old, new) in enumerate(zip(old_ids, news, strict=True)) if new != old]
         if moved:  # the rare renamed id that another source task keeps: the next candidate
@@ -240,8 +242,8 @@ class Migration:
                 if news[j] in clash:
                     news[j] = self.ids.new_id(old_ids[j], infos[j], lambda tid: bool(self.ids.taken([tid])))
         groups: dict[int, list[tuple[str, list[str], TaskInfo]]] = {}
-        for (old, raw), new, info, ckpt, due, at in zip(page, news, infos, checkpoints, refetch, history,
-                                                         strict=True):
+        for (old, raw, info), new, ckpt, due, at in zip(page, news, checkpoints, refetch, history,
+                                                        strict=True):
             row = [new, raw, ckpt or "", "" if due is None else f"{due:.0f}",
                    "" if at is None else f"{at:.0f}", "" if new == old else old]
             groups.setdefault(shard_of(new, len(self.dst)), []).append((old, row, info))

@@ -12,7 +12,8 @@ tasks by host, one entry per migration that carried ids). An enqueue of a dedup 
 then computes the ids each ancestor may have given it and looks them up here, in one pipelined round
 trip per call, before the enqueue script runs. An id found within the recrawl window (the dedup TTL
 by default: the completion hour, as for remembered ids) is a duplicate; carried ids only ever leave
-when the namespace is purged, so the look-up is never too generous. Namespaces with no ancestor
+when the namespace is purged or the dedup sweep forgets them past the dedup TTL (``forget_carried.lua``;
+``carry`` goes with the last of them), so the look-up is never too generous. Namespaces with no ancestor
 carrying ids pay nothing: the queue reads the meta hash's field with the URL rules, in the round
 trip of its first dedup enqueue's rule check (``url_rules.check_rules_reading``).
 """
@@ -32,6 +33,9 @@ from celery_ha.state.keys import QueueKeys
 from celery_ha.state.shards import shard_of
 
 META_FIELD = "carry"
+#: Every ancestor whose ids meant something else, kept for good (``carry`` goes once the dedup sweep
+#: forgot every carried id): the outbox's replay maps an id an ancestor gave to this namespace's.
+ANCESTORS_FIELD = "ancestors"
 
 
 class Carry(NamedTuple):
@@ -42,22 +46,25 @@ class Carry(NamedTuple):
 
 
 def parse_carries(raw: str | bytes | None) -> list[Carry]:
-    """The ancestors recorded in a meta hash's ``carry`` field (None: none)."""
+    """The ancestors recorded in a meta hash's ``carry`` (or ``ancestors``) field (None: none)."""
     return [Carry(int(c["shards"]), bool(c["by_host"])) for c in json.loads(raw)] if raw else []
 
 
-def stored_carries(client: redis.Redis, namespace: str) -> list[Carry]:
-    """The ancestors ``namespace`` carries remembered ids of (none for most namespaces)."""
-    return parse_carries(client.hget(QueueKeys(namespace).meta, META_FIELD))
+def stored_carries(client: redis.Redis, namespace: str, field: str = META_FIELD) -> list[Carry]:
+    """The ancestors ``namespace`` carries remembered ids of (none for most namespaces); with
+    ``field`` :data:`ANCESTORS_FIELD`, every ancestor whose ids meant something else."""
+    return parse_carries(client.hget(QueueKeys(namespace).meta, field))
 
 
-def set_carries(client: redis.Redis, namespace: str, carries: Sequence[Carry]) -> None:
-    """Record the ancestors ``namespace`` carries remembered ids of."""
+def set_carries(client: redis.Redis, namespace: str, carries: Sequence[Carry], field: str = META_FIELD
+                ) -> None:
+    """Record the ancestors ``namespace`` carries remembered ids of (or, with ``field``
+    :data:`ANCESTORS_FIELD`, whose ids meant something else)."""
     meta = QueueKeys(namespace).meta
     if carries:
-        client.hset(meta, META_FIELD, json.dumps([c._asdict() for c in carries]))
+        client.hset(meta, field, json.dumps([c._asdict() for c in carries]))
     else:
-        client.hdel(meta, META_FIELD)
+        client.hdel(meta, field)
 
 
 def carried_slot(keys: QueueKeys, task_id: str) -> tuple[str, bytes]:

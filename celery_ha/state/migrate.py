@@ -44,7 +44,7 @@ from redis.client import NEVER_DECODE
 
 from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.urls import DEFAULT_RULES
-from celery_ha.state.carried import Carry, set_carries, stored_carries
+from celery_ha.state.carried import ANCESTORS_FIELD, Carry, set_carries, stored_carries
 from celery_ha.state.done_times import done_hour, done_id
 from celery_ha.state.host_queues import as_text, host_queue_parts, read_part
 from celery_ha.state.keys import QueueKeys
@@ -286,12 +286,15 @@ class Migration:
         (``state/carried.py``), as are the ids the source itself carries from its own ancestors."""
         moves = self.remembered_moves()
         carries = stored_carries(self.client, self.source)
+        ancestors = stored_carries(self.client, self.source, ANCESTORS_FIELD)
         if not moves:
             carries.append(Carry(len(self.src), self.ids.src_by_host))
+            ancestors.append(Carry(len(self.src), self.ids.src_by_host))
         for k in self.src:
             self._send("m" if moves else "c", self._bucket_ids(k, "d:"))
             self._send("c", self._bucket_ids(k, "cd:"))
         set_carries(self.client, self.target, carries)
+        set_carries(self.client, self.target, ancestors, ANCESTORS_FIELD)
 
     def _send(self, mode: str, ids: Iterable[tuple[str, str]]) -> None:
         """Take (id, hour) pairs into the target's shards by id, as remembered ('m') or carried ('c')."""

@@ -63,7 +63,8 @@ if mode == 'c' then
     local key, field, bucket = done_slot(ARGV[i])
     key = PREFIX .. 'c' .. string.sub(key, #PREFIX + 1)
     local added = redis.call('HSETNX', key, field, ARGV[i + 1])
-    if added == 1 and bucket < DONE_BUCKETS then redis.call('SETBIT', marks, tostring(bucket), '1') end
+    -- marked whether new or not: a re-run marks what a run before the bitmap was kept wrote
+    if bucket < DONE_BUCKETS then redis.call('SETBIT', marks, tostring(bucket), '1') end
     reply[#reply + 1] = tostring(added)
   end
   return table.concat(reply)

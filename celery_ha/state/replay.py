@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery_ha.base.errors import InvalidInput
 from celery_ha.base.validation import MAX_NAME_CHARS, check_text, iter_many
+from celery_ha.state.carried import ANCESTORS_FIELD, ancestor_ids, stored_carries
 from celery_ha.state.enqueue_args import Row, grouped
 from celery_ha.state.sharded import by_shard
 
@@ -38,14 +39,14 @@ def enqueue_if_absent(queue: TaskQueue, tasks: Iterable[tuple[str, str | Mapping
     if rows:
         queue._register_once()
     queue._check_rules_once(rows)
+    ancestors = stored_carries(queue.client, queue.namespace, ANCESTORS_FIELD) if rows else []
+    # A namespace migrated from one whose dedup ids meant something else (state/carried.py): a request
+    # made before the migration names its dedup task by the id an ancestor gave it, and the task the
+    # URL has here, live or remembered, goes by the id this namespace gives it.
+    for row, own in zip(rows, computed, strict=True):
+        if row[2] == "1" and row[0] != own and any(row[0] in ancestor_ids(row, a) for a in ancestors):
+            row[0] = own
     present = queue._carried(rows, -1)  # finished in an ancestor of a migration: a replay never recrawls
-    if queue._carries:
-        # The namespace was migrated from one whose dedup ids meant something else (state/carried.py):
-        # a request made before the migration names its task by the old id, and the task the URL has
-        # here, live or remembered, goes by the id this namespace gives it.
-        for row, own in zip(rows, computed, strict=True):
-            if row[2] == "1":
-                row[0] = own
     flags: list[bool] = []
     for at in range(0, len(rows), REPLAY_BATCH):
         batch = [rows[i] for i in range(at, min(at + REPLAY_BATCH, len(rows))) if i not in present]

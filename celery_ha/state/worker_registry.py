@@ -69,13 +69,13 @@ def quiet_window(client: redis.Redis, namespace: str, silence_after: float) -> t
     return None
 
 
-def newest_silent_beat(client: redis.Redis, namespace: str, since_ms: int, silent_after: float
-                       ) -> int | None:
+def newest_silent_beat(client: redis.Redis, namespace: str, since_ms: int, silent_after: float,
+                       now_ms: int | None = None) -> int | None:
     """The last beat (ms, Redis clock) of the newest pool process that fell silent after
     ``since_ms``: its last beat turned older than ``silent_after`` seconds since then. None when no
     process did. A process that stopped cleanly unregistered itself, so what is found died (or is
-    stopped)."""
-    now = redis_now_ms(client)
+    stopped). ``now_ms``: the Redis time to judge at (default: read now)."""
+    now = redis_now_ms(client) if now_ms is None else now_ms
     silent_ms = int(silent_after * 1000)
     newest = client.zrevrangebyscore(QueueKeys(namespace).workers, now - silent_ms,
                                      f"({since_ms - silent_ms}", start=0, num=1, withscores=True)

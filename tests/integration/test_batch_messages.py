@@ -56,3 +56,32 @@ def test_waiting_batch_messages_show_every_id(redis_url: str) -> None:
     assert waiting_ids(app, ["ns.crawl"]) == {"id1", "id2", "id3", "id4"}
     assert message_task_ids(b"not json") == [] and message_task_ids(b'{"headers": {"id": "x.1"}}') == ["x"]
     app.close()
+
+
+def test_resend_dispatched_takes_every_lost_message_past_one_calls_limit(redis_url: str) -> None:
+    """After a loss (broker emptied, or a dead worker's reserved messages), every dispatched task is
+    sent again, also past the 1,000 a dispatch call re-stamps per shard; a second call finds every
+    message waiting and sends none (and ends)."""
+    from celery_ha.integration.core.queues import broker_queue
+    from celery_ha.integration.dispatch.broker import broker_backlog, broker_lists
+    from celery_ha.integration.dispatch.pump import pump, resend_dispatched
+    from celery_ha.state import TaskQueue
+
+    broker_url = redis_url.rsplit("/", 1)[0] + "/7"
+    broker = redis.Redis.from_url(broker_url)
+    broker.flushdb()
+    app = Celery("resend_probe", broker=broker_url)
+    app.conf.update(task_serializer="json", accept_content=["json"])
+    settings = Settings.from_env({"CELERY_HA_WINDOW": "3000", "CELERY_HA_NAMESPACE": "rs"})
+    q = TaskQueue.from_url(redis_url, "rs")
+    ids = q.enqueue_many([f"https://example.com/{n}" for n in range(2500)])
+    assert pump(q, app, settings) == 2500
+    crawl = broker_queue("rs")
+    assert broker_backlog(broker, crawl) == 2500
+    broker.delete(*broker_lists(crawl))  # every message lost
+    assert resend_dispatched(q, app, settings) == 2500
+    waiting = [i for name in broker_lists(crawl) for message in broker.lrange(name, 0, -1)
+               for i in message_task_ids(message)]
+    assert sorted(waiting) == sorted(ids)
+    assert resend_dispatched(q, app, settings) == 0 and broker_backlog(broker, crawl) == 2500
+    app.close()

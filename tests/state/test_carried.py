@@ -94,3 +94,20 @@ def test_carried_ids_without_their_bitmap_are_found_bucket_by_bucket(redis_url: 
     short = TaskQueue.from_url(redis_url, "c3", lease_ttl=30, host_gate=True, shards=3, dedup_ttl=0.001)
     assert short.forget_finished() == 20
     assert _carried_keys(r, dst) == [] and r.hget(dst.keys.meta, "carry") is None
+
+
+def test_a_replay_maps_old_ids_after_the_sweep_dropped_the_carry_list(redis_url: str, r: redis.Redis) -> None:
+    """Nothing finished before the move: no id is carried and the first sweep drops `carry`, but the
+    queued dedup tasks were renamed, and a replay of their old ids must still find them."""
+    src = TaskQueue.from_url(redis_url, "q1", lease_ttl=30, host_gate=True)
+    urls = [f"http://{HOSTS[i % 5]}/todo/{i}" for i in range(20)]
+    old_ids = src.enqueue_many(urls)
+    assert Migration(src.client, "q1", "q3", 3).run().renamed > 0
+    dst = TaskQueue.from_url(redis_url, "q3", lease_ttl=30, host_gate=True, shards=3, dedup_ttl=0.001)
+    dst.forget_finished()
+    assert r.hget(dst.keys.meta, "carry") is None and r.hget(dst.keys.meta, "ancestors")
+    assert enqueue_if_absent(dst, list(zip(old_ids, urls, strict=True))) == [False] * 20
+    assert dst.stats()["queued"] == 20
+    # An id no ancestor gives the URL is the caller's own: kept (created under it, as before).
+    assert enqueue_if_absent(dst, [("ownid0000001", "http://a.example/own")]) == [True]
+    assert dst.get("ownid0000001").url == "http://a.example/own"

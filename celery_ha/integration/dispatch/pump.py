@@ -136,6 +136,28 @@ def pump(q: TaskQueue, app: Any, settings: Settings, window: int | None = None,
     return sent
 
 
+#: Most stale dispatched tasks one dispatch script re-stamps per shard (``_dispatch.lua``'s LIMIT).
+STALE_PER_CALL = 1000
+
+
+def resend_dispatched(q: TaskQueue, app: Any, settings: Settings, rounds: int = 100) -> int:
+    """Send again every dispatched task whose message is not waiting in the broker (the broker lost
+    its messages; a worker died with messages reserved), and fill the window; returns how many were
+    sent. One dispatch call re-stamps at most STALE_PER_CALL stale tasks per shard, so this calls
+    again while a call found that many, each taking only tasks dispatched before the first call
+    began (those re-stamped meanwhile are newer); past ``rounds`` calls the redispatch timeout covers
+    the rest."""
+    started = time.monotonic()
+    sent = 0
+    for _ in range(rounds):
+        after = time.monotonic() - started + 0.005  # the clock's ms: nothing re-stamped here is taken
+        batch = q.dispatch(effective_window(q, settings), redispatch_after=after)
+        sent += send(app, q.namespace, batch, settings)
+        if sum(d.resent for d in batch) < STALE_PER_CALL:
+            break
+    return sent
+
+
 def resend_waiting(app: Any, rt: Services, task_ids: list[str]) -> int:
     """Send again, at once, those of ``task_ids`` that still wait for their claim (dispatched): the
     rest of a batch whose pool process stopped or died before reaching them."""
@@ -157,11 +179,14 @@ def refill_window(rt: Services) -> int | None:
         return None
 
 
-def pump_quietly(app: Any, rt: Services, redispatch_after: float | None = None) -> int:
+def pump_quietly(app: Any, rt: Services, resend_all: bool = False) -> int:
     """Pump where a failure must not fail the caller (after a task, after a failover): the sweep of
-    beat or of a worker watchdog pumps again later. Returns how many were sent (0 on failure)."""
+    beat or of a worker watchdog pumps again later. ``resend_all``: send again every dispatched task
+    whose message is not waiting in the broker (:func:`resend_dispatched`). Returns how many were
+    sent (0 on failure)."""
     try:
-        sent = pump(rt.queue, app, rt.settings, redispatch_after=redispatch_after)
+        q, settings = rt.queue, rt.settings
+        sent = resend_dispatched(q, app, settings) if resend_all else pump(q, app, settings)
     except Exception as exc:
         log.warning("pump failed (the next sweep pumps again): %s", exc)
         return 0

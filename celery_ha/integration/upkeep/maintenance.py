@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from celery_ha.integration.core.services import Services, services
-from celery_ha.integration.dispatch.pump import pump
+from celery_ha.integration.dispatch.pump import pump, resend_dispatched
 from celery_ha.integration.upkeep.broker_epoch import broker_lost_messages
 from celery_ha.proxy import ProxyPool, check_proxies
 from celery_ha.redisio.clock import redis_now_ms
@@ -30,8 +30,9 @@ def last_sweep_age(rt: Services) -> float:
     return max(0.0, (redis_now_ms(rt.client) - int(last)) / 1000.0)
 
 
-def a_process_fell_silent(rt: Services) -> bool:
-    """Whether a pool process of the namespace stopped beating since the last sweep.
+def a_process_fell_silent(rt: Services, now_ms: int) -> bool:
+    """Whether a pool process of the namespace stopped beating since the last sweep (``now_ms``:
+    this sweep's time, the one it stamps, so the next sweep's look starts where this one ended).
 
     A worker's main process keeps the messages it reserved (one per pool process) in memory only, so
     a worker SIGKILLed with messages reserved strands their tasks ``dispatched``. Rather than wait
@@ -42,7 +43,7 @@ def a_process_fell_silent(rt: Services) -> bool:
     s = rt.settings
     last = rt.client.hget(QueueKeys(s.namespace).meta, "last_sweep")
     return newest_silent_beat(rt.client, s.namespace, int(last) if last else 0,
-                              quiet_after(s.heartbeat_interval)) is not None
+                              quiet_after(s.heartbeat_interval), now_ms) is not None
 
 
 def sweep(app: Any, rt: Services | None = None, source: str = "beat") -> dict[str, Any] | None:
@@ -66,15 +67,18 @@ def sweep(app: Any, rt: Services | None = None, source: str = "beat") -> dict[st
         reclaimed = rt.queue.reclaim_expired(spare=silence)
         refetched = rt.queue.refetch_due()  # scheduled runs whose time came, bounded per sweep
         broker_lost = broker_lost_messages(app, rt)
-        silent = not broker_lost and a_process_fell_silent(rt)
-        sent = pump(rt.queue, app, s, redispatch_after=0 if broker_lost or silent else None)
+        now = redis_now_ms(rt.client)
+        silent = not broker_lost and a_process_fell_silent(rt, now)
+        if broker_lost or silent:
+            sent = resend_dispatched(rt.queue, app, s)
+        else:
+            sent = pump(rt.queue, app, s)
         if broker_lost:
             log.warning("sweep (%s): the broker lost its messages (restarted empty?): re-sent %d "
                         "dispatched task(s) at once", source, sent)
         elif silent:
             log.warning("sweep (%s): a worker process stopped beating: dispatched tasks whose message is "
                         "not in the broker were sent again (%d sent)", source, sent)
-        now = redis_now_ms(rt.client)
         rt.client.hset(keys.meta, mapping={"last_sweep": now, "last_sweep_by": f"{source}:{rt.worker_name}"})
         prune(rt.client, s.namespace, older_than=max(60.0, 10 * s.lease_ttl))
         forgotten = rt.queue.forget_finished()  # dedup ids past CELERY_HA_DEDUP_TTL, bounded per sweep

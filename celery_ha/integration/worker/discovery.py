@@ -39,7 +39,7 @@ def namespace_ready(app: Any, rt: Services) -> None:
         if lost:
             log.warning("the broker lost the messages of %r (restarted empty?): re-sending dispatched "
                         "tasks", rt.settings.namespace)
-        pump_quietly(app, rt, redispatch_after=0 if lost else None)
+        pump_quietly(app, rt, resend_all=lost)
     except Exception as exc:
         log.warning("celery-ha could not get namespace %r ready: %s", rt.settings.namespace, exc)
 

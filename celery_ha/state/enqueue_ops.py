@@ -45,6 +45,9 @@ from celery_ha.state.operator_ops import expiry_ms
 from celery_ha.state.sharded import by_shard
 from celery_ha.state.url_rules import check_rules_reading, set_rules
 
+#: Seconds a queue goes on with the carried ancestors it read before reading them again.
+CARRY_TTL = 60.0
+
 
 class EnqueueOps:
     """Enqueueing of one namespace (every shard); TaskQueue provides the attributes."""
@@ -63,6 +66,7 @@ class EnqueueOps:
     url_rules: UrlRules
     _rules_checked: bool
     _carries: list[Carry] | None  # ancestors whose remembered ids the namespace carries (None: not read)
+    _carries_at: float  # when they were read (monotonic)
     _registered: bool
     _key_mode: str | None
     _key_mode_at: float
@@ -129,11 +133,17 @@ class EnqueueOps:
 
     def _check_rules_once(self, rows: list[Row]) -> None:
         """Before the first write of a dedup row: check the URL rules against the namespace's, and
-        read with them the ancestors whose remembered URLs it carries (state/carried.py)."""
-        if not self._rules_checked and any(row[2] == "1" for row in rows):
+        read with them the ancestors whose remembered URLs it carries (state/carried.py); those
+        again once CARRY_TTL has passed (a migration that ended after this queue's first read, or a
+        dedup sweep that forgot every carried id, is seen within that time)."""
+        if not any(row[2] == "1" for row in rows):
+            return
+        if not self._rules_checked:
             self._carries = parse_carries(check_rules_reading(self.client, self.namespace, self.url_rules,
                                                               CARRY_FIELD))
-            self._rules_checked = True
+            self._rules_checked, self._carries_at = True, time.monotonic()
+        elif time.monotonic() - self._carries_at > CARRY_TTL:
+            self._carries, self._carries_at = stored_carries(self.client, self.namespace), time.monotonic()
 
     def _register_once(self) -> None:
         """Put the namespace in the registry of namespaces (``state/namespaces.py``) at this queue's
@@ -146,6 +156,7 @@ class EnqueueOps:
         """Record ``rules`` as the namespace's URL canonicalisation and use them (``state/url_rules.py``)."""
         self.url_rules, self._rules_checked = set_rules(self.client, self.namespace, rules), True
         self._carries = stored_carries(self.client, self.namespace)  # read with the rules otherwise
+        self._carries_at = time.monotonic()
 
     def enqueue_many_with_status(self, specs: Iterable[str | Mapping[str, Any]], *,
                                  task: str | None = None, priority: int = 0, dedup: bool = True,

@@ -144,7 +144,10 @@ class TaskQueue(EnqueueOps, QueueReads, OperatorOps, CompletionOps, ScheduleOps)
         self._key_mode_at = 0.0
         # How dedup ids canonicalise URLs: checked against the namespace's at the first dedup enqueue.
         self.url_rules, self._rules_checked = checked_rules(url_rules), False
-        self._carries = None  # ancestors whose remembered ids it carries (state/carried.py), read once
+        # Ancestors whose remembered ids it carries (state/carried.py): read with the URL rules, then
+        # again when CARRY_TTL has passed since (monotonic time of the last read).
+        self._carries = None
+        self._carries_at = 0.0
         self._registered = False  # in the registry of namespaces (at the first enqueue)
 
     @property

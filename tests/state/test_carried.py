@@ -5,9 +5,10 @@ crawled twice."""
 
 from __future__ import annotations
 
+import pytest
 import redis
 
-from celery_ha.state import TaskQueue
+from celery_ha.state import TaskQueue, enqueue_ops
 from celery_ha.state.migrate import Migration
 from celery_ha.state.replay import enqueue_if_absent
 
@@ -111,3 +112,19 @@ def test_a_replay_maps_old_ids_after_the_sweep_dropped_the_carry_list(redis_url:
     # An id no ancestor gives the URL is the caller's own: kept (created under it, as before).
     assert enqueue_if_absent(dst, [("ownid0000001", "http://a.example/own")]) == [True]
     assert dst.get("ownid0000001").url == "http://a.example/own"
+
+
+def test_a_queue_reads_the_carry_list_again_after_a_while(redis_url: str, r: redis.Redis,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A producer that lives on after the sweep dropped `carry` stops looking carried ids up once
+    CARRY_TTL has passed since its last read (here at once)."""
+    _src, dst, finished, _queued, _ = _migrated(redis_url)
+    producer = TaskQueue.from_url(redis_url, "c3", lease_ttl=30, host_gate=True, shards=3)
+    assert not any(new for _, new in producer.enqueue_many_with_status(finished[:2]))
+    assert producer._carries
+    sweeper = TaskQueue.from_url(redis_url, "c3", lease_ttl=30, host_gate=True, shards=3, dedup_ttl=0.001)
+    sweeper.forget_finished()
+    assert r.hget(dst.keys.meta, "carry") is None
+    monkeypatch.setattr(enqueue_ops, "CARRY_TTL", 0.0)
+    assert [new for _, new in producer.enqueue_many_with_status(finished[2:4])] == [True, True]
+    assert producer._carries == []

@@ -7,6 +7,8 @@ assertion is checked where every script must route on its keys' slot.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from redis.cluster import RedisCluster
 
@@ -34,6 +36,6 @@ def counted(cluster_url: str, redis_cluster: RedisClusterGroup) -> TaskQueue:
         client.script_load(script.script)
     # The once-per-queue read of the URL rules (state/url_rules.py), done here: not a batch's trip.
     check_rules_reading(queue.client, queue.namespace, queue.url_rules)
-    queue._rules_checked = True
+    queue._rules_checked, queue._carries, queue._carries_at = True, [], time.monotonic()
     CountingConnection.writes = 0
     return queue

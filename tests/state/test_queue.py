@@ -47,7 +47,7 @@ def counted(redis_url: str) -> TaskQueue:
         queue.client.script_load(script.script)
     # The once-per-queue read of the URL rules (state/url_rules.py), done here: not a batch's trip.
     check_rules_reading(queue.client, queue.namespace, queue.url_rules)
-    queue._rules_checked = True
+    queue._rules_checked, queue._carries, queue._carries_at = True, [], time.monotonic()
     CountingConnection.writes = 0
     return queue
 

@@ -18,15 +18,15 @@ from celery_ha.base.errors import InvalidInput
 from celery_ha.base.tracing import capture
 from celery_ha.base.urls import UrlRules
 from celery_ha.base.validation import shown
-from celery_ha.state.carried import META_FIELD as CARRY_FIELD
 from celery_ha.state.carried import (
+    ANCESTORS_FIELD,
     Carry,
     carried_duplicates,
     carried_times,
     count_duplicates,
     parse_carries,
-    stored_carries,
 )
+from celery_ha.state.carried import META_FIELD as CARRY_FIELD
 from celery_ha.state.enqueue_args import (
     MAX_BATCH,
     SCRIPT_BATCH,
@@ -47,6 +47,8 @@ from celery_ha.state.url_rules import check_rules_reading, set_rules
 
 #: Seconds a queue goes on with the carried ancestors it read before reading them again.
 CARRY_TTL = 60.0
+#: The meta fields of a namespace's migration lineage, read together (state/carried.py).
+LINEAGE = (CARRY_FIELD, ANCESTORS_FIELD)
 
 
 class EnqueueOps:
@@ -66,7 +68,8 @@ class EnqueueOps:
     url_rules: UrlRules
     _rules_checked: bool
     _carries: list[Carry] | None  # ancestors whose remembered ids the namespace carries (None: not read)
-    _carries_at: float  # when they were read (monotonic)
+    _ancestors: list[Carry] | None  # ancestors whose dedup ids meant something else (meta 'ancestors')
+    _carries_at: float  # when both were read (monotonic)
     _registered: bool
     _key_mode: str | None
     _key_mode_at: float
@@ -139,11 +142,21 @@ class EnqueueOps:
         if not any(row[2] == "1" for row in rows):
             return
         if not self._rules_checked:
-            self._carries = parse_carries(check_rules_reading(self.client, self.namespace, self.url_rules,
-                                                              CARRY_FIELD))
-            self._rules_checked, self._carries_at = True, time.monotonic()
+            carry, ancestors = check_rules_reading(self.client, self.namespace, self.url_rules, LINEAGE)
+            self._rules_checked = True
         elif time.monotonic() - self._carries_at > CARRY_TTL:
-            self._carries, self._carries_at = stored_carries(self.client, self.namespace), time.monotonic()
+            carry, ancestors = self.client.hmget(self.keys.meta, LINEAGE)
+        else:
+            return
+        self._carries, self._ancestors = parse_carries(carry), parse_carries(ancestors)
+        self._carries_at = time.monotonic()
+
+    def ancestors(self, rows: list[Row]) -> list[Carry]:
+        """Every ancestor of a migration whose dedup ids meant something else (state/carried.py), as
+        read with the URL rules (again after CARRY_TTL): meta ``ancestors``, and ``carry`` for
+        namespaces migrated before ``ancestors`` was kept. Read only when ``rows`` hold a dedup row."""
+        self._check_rules_once(rows)
+        return list(dict.fromkeys([*(self._ancestors or []), *(self._carries or [])]))
 
     def _register_once(self) -> None:
         """Put the namespace in the registry of namespaces (``state/namespaces.py``) at this queue's
@@ -155,7 +168,8 @@ class EnqueueOps:
     def set_url_rules(self, rules: UrlRules) -> None:
         """Record ``rules`` as the namespace's URL canonicalisation and use them (``state/url_rules.py``)."""
         self.url_rules, self._rules_checked = set_rules(self.client, self.namespace, rules), True
-        self._carries = stored_carries(self.client, self.namespace)  # read with the rules otherwise
+        carry, ancestors = self.client.hmget(self.keys.meta, LINEAGE)  # read with the rules otherwise
+        self._carries, self._ancestors = parse_carries(carry), parse_carries(ancestors)
         self._carries_at = time.monotonic()
 
     def enqueue_many_with_status(self, specs: Iterable[str | Mapping[str, Any]], *,

@@ -285,16 +285,23 @@ class Migration:
         """Remembered ids move as they are when they keep their meaning; otherwise they are carried
         (``state/carried.py``), as are the ids the source itself carries from its own ancestors."""
         moves = self.remembered_moves()
+        own = Carry(len(self.src), self.ids.src_by_host)
         carries = stored_carries(self.client, self.source)
-        ancestors = stored_carries(self.client, self.source, ANCESTORS_FIELD)
         if not moves:
-            carries.append(Carry(len(self.src), self.ids.src_by_host))
-            ancestors.append(Carry(len(self.src), self.ids.src_by_host))
+            carries.append(own)
+        # The outbox replay maps an id an ancestor gave to this namespace's (state/replay.py): kept
+        # from the source's lineage and from a run before this one, with the source itself whenever
+        # its ids meant something else here (remembered ids carried, or tasks renamed, such as dedup
+        # tasks queued while a gate now on was off).
+        ancestors = [*stored_carries(self.client, self.source, ANCESTORS_FIELD),
+                     *stored_carries(self.client, self.target, ANCESTORS_FIELD)]
+        if not moves or self.report.renamed:
+            ancestors.append(own)
         for k in self.src:
             self._send("m" if moves else "c", self._bucket_ids(k, "d:"))
             self._send("c", self._bucket_ids(k, "cd:"))
         set_carries(self.client, self.target, carries)
-        set_carries(self.client, self.target, ancestors, ANCESTORS_FIELD)
+        set_carries(self.client, self.target, list(dict.fromkeys(ancestors)), ANCESTORS_FIELD)
 
     def _send(self, mode: str, ids: Iterable[tuple[str, str]]) -> None:
         """Take (id, hour) pairs into the target's shards by id, as remembered ('m') or carried ('c')."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery_ha.base.errors import InvalidInput
 from celery_ha.base.validation import MAX_NAME_CHARS, check_text, iter_many
-from celery_ha.state.carried import ANCESTORS_FIELD, ancestor_ids, stored_carries
+from celery_ha.state.carried import ancestor_ids
 from celery_ha.state.enqueue_args import Row, grouped
 from celery_ha.state.sharded import by_shard
 
@@ -38,8 +38,7 @@ def enqueue_if_absent(queue: TaskQueue, tasks: Iterable[tuple[str, str | Mapping
     rows, computed = replay_rows(tasks, queue)
     if rows:
         queue._register_once()
-    queue._check_rules_once(rows)
-    ancestors = stored_carries(queue.client, queue.namespace, ANCESTORS_FIELD) if rows else []
+    ancestors = queue.ancestors(rows)  # with the URL rules' check (before any write)
     # A namespace migrated from one whose dedup ids meant something else (state/carried.py): a request
     # made before the migration names its dedup task by the id an ancestor gave it, and the task the
     # URL has here, live or remembered, goes by the id this namespace gives it.

@@ -147,6 +147,7 @@ class TaskQueue(EnqueueOps, QueueReads, OperatorOps, CompletionOps, ScheduleOps)
         # Ancestors whose remembered ids it carries (state/carried.py): read with the URL rules, then
         # again when CARRY_TTL has passed since (monotonic time of the last read).
         self._carries = None
+        self._ancestors = None  # every ancestor whose dedup ids meant something else, read with them
         self._carries_at = 0.0
         self._registered = False  # in the registry of namespaces (at the first enqueue)
 

@@ -11,6 +11,8 @@ use of non-default rules (HSETNX: of two processes racing, one records and the o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import redis
 
 from celery_ha.base.errors import ConfigurationError, InvalidInput
@@ -42,16 +44,16 @@ def settings_rules() -> UrlRules:
     return UrlRules(Settings.one("url_keep_fragments"), Settings.one("url_strip_params"))
 
 
-def check_rules_reading(client: redis.Redis, namespace: str, rules: UrlRules, field: str | None = None
-                        ) -> str | None:
+def check_rules_reading(client: redis.Redis, namespace: str, rules: UrlRules, fields: Sequence[str] = ()
+                        ) -> list[str | None]:
     """Record ``rules`` for ``namespace`` if it has none and they are not the defaults; raise
-    ConfigurationError when they differ from what the namespace uses. ``field``: one more field of the
+    ConfigurationError when they differ from what the namespace uses. ``fields``: more fields of the
     meta hash read in the same round trip (the enqueue's once-per-queue read of what else the
-    namespace records), whose value is returned."""
+    namespace records), whose values are returned in order."""
     meta = QueueKeys(namespace).meta
     if rules != DEFAULT_RULES:
         client.hsetnx(meta, META_FIELD, rules.to_json())
-    raw, extra = client.hmget(meta, [META_FIELD, field or META_FIELD])
+    raw, *extra = client.hmget(meta, [META_FIELD, *fields])
     stored = (None if raw is None else UrlRules.from_json(raw)) or DEFAULT_RULES
     if stored != rules:
         raise ConfigurationError(
@@ -59,7 +61,7 @@ def check_rules_reading(client: redis.Redis, namespace: str, rules: UrlRules, fi
             f"{rules.describe()}. Set CELERY_HA_URL_KEEP_FRAGMENTS / CELERY_HA_URL_STRIP_PARAMS alike "
             f"in every process, or record new rules with TaskQueue.set_url_rules (README \"Dedup and "
             f"URL canonicalisation\")")
-    return extra if field else None
+    return extra
 
 
 def set_rules(client: redis.Redis, namespace: str, rules: UrlRules) -> UrlRules:

@@ -128,3 +128,50 @@ def test_a_queue_reads_the_carry_list_again_after_a_while(redis_url: str, r: red
     monkeypatch.setattr(enqueue_ops, "CARRY_TTL", 0.0)
     assert [new for _, new in producer.enqueue_many_with_status(finished[2:4])] == [True, True]
     assert producer._carries == []
+
+
+def test_a_replay_maps_old_ids_of_a_namespace_migrated_before_ancestors_were_kept(
+        redis_url: str, r: redis.Redis) -> None:
+    """A migration of an earlier release wrote `carry` only: the replay takes its ancestors too."""
+    src = TaskQueue.from_url(redis_url, "o1", lease_ttl=30, host_gate=True)
+    urls = [f"http://{HOSTS[i % 5]}/todo/{i}" for i in range(20)]
+    old_ids = src.enqueue_many(urls)
+    Migration(src.client, "o1", "o3", 3).run()
+    dst = TaskQueue.from_url(redis_url, "o3", lease_ttl=30, host_gate=True, shards=3)
+    r.hdel(dst.keys.meta, "ancestors")
+    assert enqueue_if_absent(dst, list(zip(old_ids, urls, strict=True))) == [False] * 20
+    assert dst.stats()["queued"] == 20
+
+
+def test_a_replay_maps_ids_renamed_by_a_migration_to_the_same_count(redis_url: str, r: redis.Redis) -> None:
+    """Dedup tasks queued by ungated processes while the gate was off keep their plain ids; a gated
+    target of the same count renames them, and a replay of those ids finds them."""
+    gated = TaskQueue.from_url(redis_url, "s2", lease_ttl=30, host_gate=True, shards=2)
+    gated.enqueue_many(["http://other.example/x"])
+    gated.hosts.switch(False)
+    plain = TaskQueue.from_url(redis_url, "s2", lease_ttl=30, shards=2)
+    urls = [f"http://{HOSTS[i % 5]}/off/{i}" for i in range(20)]
+    old_ids = plain.enqueue_many(urls)
+    report = Migration(gated.client, "s2", "s2b", 2).run()
+    assert report.renamed > 0 and report.carried == 0
+    dst = TaskQueue.from_url(redis_url, "s2b", lease_ttl=30, host_gate=True, shards=2)
+    before = dst.stats()["queued"]
+    assert enqueue_if_absent(dst, list(zip(old_ids, urls, strict=True))) == [False] * 20
+    assert dst.stats()["queued"] == before == 21
+
+
+def test_a_replay_costs_one_round_trip_per_batch(redis_url: str) -> None:
+    """The lineage is read with the URL rules (once per queue, then every CARRY_TTL), not per call."""
+    from celery_ha.redisio.client import redis_client
+    from tests.state.test_queue import CountingConnection
+
+    _migrated(redis_url)
+    q = TaskQueue(redis_client(redis_url, connection_class=CountingConnection), "c3", lease_ttl=30,
+                  host_gate=True, shards=3)
+    for script in q._scripts._scripts.values():
+        q.client.script_load(script.script)
+    enqueue_if_absent(q, [("first0000001", "http://a.example/first")])  # the rules' check
+    enqueue_if_absent(q, [("again0000001", "http://a.example/again")])  # connections made
+    CountingConnection.writes = 0
+    assert enqueue_if_absent(q, [("second000001", "http://a.example/second")]) == [True]
+    assert CountingConnection.writes == 2  # the carried look-up, then the script

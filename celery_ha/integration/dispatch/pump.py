@@ -125,8 +125,8 @@ def pump(q: TaskQueue, app: Any, settings: Settings, window: int | None = None,
          redispatch_after: float | None = None) -> int:
     """Dispatch up to the window and send the messages; returns how many were sent.
 
-    ``redispatch_after`` overrides ``CELERY_HA_REDISPATCH_AFTER``: 0 re-sends every dispatched task
-    whose message is not waiting in the broker (after the broker lost its messages)."""
+    ``redispatch_after`` overrides ``CELERY_HA_REDISPATCH_AFTER`` (one call re-sends at most
+    STALE_PER_CALL stale tasks per shard: :func:`resend_dispatched` re-sends them all)."""
     size = window if window is not None else effective_window(q, settings)
     after = settings.redispatch_after if redispatch_after is None else redispatch_after
     batch = q.dispatch(size, redispatch_after=after)
@@ -144,14 +144,18 @@ def resend_dispatched(q: TaskQueue, app: Any, settings: Settings, rounds: int = 
     """Send again every dispatched task whose message is not waiting in the broker (the broker lost
     its messages; a worker died with messages reserved), and fill the window; returns how many were
     sent. One dispatch call re-stamps at most STALE_PER_CALL stale tasks per shard, so this calls
-    again while a call found that many, each taking only tasks dispatched before the first call
-    began (those re-stamped meanwhile are newer); past ``rounds`` calls the redispatch timeout covers
-    the rest."""
+    again while a call found that many. A later call takes only tasks dispatched before the first
+    call began, give or take the longest dispatch: a shard's script may run that much later than the
+    clock read here, so the margin covers it (a task re-stamped in an earlier call and taken again
+    gets one more message, which the claim drops); past ``rounds`` calls the redispatch timeout
+    covers the rest."""
     started = time.monotonic()
-    sent = 0
+    sent, longest = 0, 0.0
     for _ in range(rounds):
-        after = time.monotonic() - started + 0.005  # the clock's ms: nothing re-stamped here is taken
+        began = time.monotonic()
+        after = began - started + longest + 0.005  # 5 ms: the Redis clock's whole ms
         batch = q.dispatch(effective_window(q, settings), redispatch_after=after)
+        longest = max(longest, time.monotonic() - began)  # the dispatch alone: its shards' scripts
         sent += send(app, q.namespace, batch, settings)
         if sum(d.resent for d in batch) < STALE_PER_CALL:
             break

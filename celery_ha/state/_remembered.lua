@@ -28,7 +28,7 @@
   is still read (exact time) until the sweep has moved it into the buckets.
   Uses IDX and CHR of _base62 (included by _common before it).
   Defines: DONE_BUCKETS, K_DK (the bitmap), done_hour(ms), hour_ms(hour), done_slot(id) -> key, field,
-  bucket index; bitmap_reader(key) -> marked(i);
+  bucket index; bitmap_reader(key) -> next_marked(i);
   done_bucket(i) -> key of bucket i (0-based; DONE_BUCKETS is d:~); done_id(i, field) -> the id;
   remember(id, now, hour, nx) -> 1 when newly remembered; done_time(id) -> completion ms or nil;
   forget_done(id); lower_dmin(hour).
@@ -75,12 +75,12 @@ local function done_slot(id)
   return PREFIX .. 'd:~', id, DONE_BUCKETS
 end
 
--- A reader of a buckets bitmap (K_DK, or the carried ids' cdk): marked(i) -> whether bucket i may hold
--- ids (the last one, ~, always may), and the next bucket worth a look; it reads a 4 KB window of the
--- bitmap at a time.
+-- A reader of a buckets bitmap (K_DK, or the carried ids' cdk): next_marked(i) -> the first bucket from
+-- i on that may hold ids (DONE_BUCKETS, the ~ bucket, always may); it reads a 4 KB window of the
+-- bitmap at a time and skips whole zero bytes.
 local function bitmap_reader(key)
   local map, map_from = nil, 0 -- the window, from byte map_from
-  return function(i)
+  local function marked(i) -- whether bucket i may hold ids, and the next bucket worth a look
     if i >= DONE_BUCKETS then return true end
     local byte = math.floor(i / 8)
     if not map or byte < map_from or byte >= map_from + 4096 then
@@ -90,6 +90,14 @@ local function bitmap_reader(key)
     local b = string.byte(map, byte - map_from + 1) or 0
     if b == 0 then return false, (byte + 1) * 8 end
     return math.floor(b / 2 ^ (7 - i % 8)) % 2 == 1, i + 1
+  end
+  return function(i)
+    local hit, skip_to = marked(i)
+    while not hit and skip_to <= DONE_BUCKETS do
+      i = skip_to
+      hit, skip_to = marked(i)
+    end
+    return hit and i or DONE_BUCKETS
   end
 end
 

@@ -33,15 +33,10 @@ else
 end
 local carried, K_CDK = PREFIX .. 'c', PREFIX .. 'cdk'
 local has_marks = redis.call('EXISTS', K_CDK) == 1
-local marked = has_marks and bitmap_reader(K_CDK) or function(i) return true, i + 1 end
+local next_marked = has_marks and bitmap_reader(K_CDK) or function(i) return i end
 local forgotten, examined, visited = 0, 0, 0
 while cur <= DONE_BUCKETS and examined < limit and visited < BUCKETS_PER_CALL do
-  local hit, skip_to = marked(cur)
-  while not hit and skip_to <= DONE_BUCKETS do
-    cur = skip_to
-    hit, skip_to = marked(cur)
-  end
-  if not hit then cur = DONE_BUCKETS end
+  cur = next_marked(cur)
   local key = carried .. string.sub(done_bucket(cur), #PREFIX + 1)
   local flat = redis.call('HGETALL', key)
   visited = visited + 1

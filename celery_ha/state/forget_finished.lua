@@ -67,14 +67,9 @@ if ttl >= 0 then
   if cur then
     pmin = pmin or done_hour(now) -- ids remembered while the pass runs are this hour or later
     local examined, visited = 0, 0
-    local marked = bitmap_reader(K_DK)
+    local next_marked = bitmap_reader(K_DK)
     while cur <= DONE_BUCKETS and examined < limit and visited < BUCKETS_PER_CALL do
-      local hit, skip_to = marked(cur)
-      while not hit and skip_to <= DONE_BUCKETS do
-        cur = skip_to
-        hit, skip_to = marked(cur)
-      end
-      if not hit then cur = DONE_BUCKETS hit = true end
+      cur = next_marked(cur)
       local key = done_bucket(cur)
       local flat = redis.call('HGETALL', key)
       visited = visited + 1

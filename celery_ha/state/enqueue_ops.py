@@ -139,15 +139,15 @@ class EnqueueOps:
         read with them the ancestors whose remembered URLs it carries (state/carried.py); those
         again once CARRY_TTL has passed (a migration that ended after this queue's first read, or a
         dedup sweep that forgot every carried id, is seen within that time)."""
+        if self._rules_checked and time.monotonic() - self._carries_at <= CARRY_TTL:
+            return  # the common case, decided before looking at the rows
         if not any(row[2] == "1" for row in rows):
             return
         if not self._rules_checked:
             carry, ancestors = check_rules_reading(self.client, self.namespace, self.url_rules, LINEAGE)
             self._rules_checked = True
-        elif time.monotonic() - self._carries_at > CARRY_TTL:
-            carry, ancestors = self.client.hmget(self.keys.meta, LINEAGE)
         else:
-            return
+            carry, ancestors = self.client.hmget(self.keys.meta, LINEAGE)
         self._carries, self._ancestors = parse_carries(carry), parse_carries(ancestors)
         self._carries_at = time.monotonic()
 

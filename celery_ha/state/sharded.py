@@ -75,9 +75,13 @@ def dispatch_shards(client: redis.Redis, keys: list[QueueKeys], run: DispatchOne
         out += got
         if shares[shard] and fresh >= shares[shard]:
             full.append(shard)
-    for shard, extra in _shares(room, full, start).items():  # the room short shards left
+    # The room short shards left. A re-send with a short redispatch_after may take again what the
+    # first pass re-stamped moments ago; one message per id is enough (a second would be dropped by
+    # the claim), so an id already sent this call is not sent twice.
+    taken = {d.task_id for d in out}
+    for shard, extra in _shares(room, full, start).items():
         if extra:
-            out += dispatched_from(run(shard, inflight[shard] + extra))
+            out += [d for d in dispatched_from(run(shard, inflight[shard] + extra)) if d.task_id not in taken]
     return out
 
 

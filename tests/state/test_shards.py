@@ -19,6 +19,7 @@ from celery_ha.state.listing import list_tasks
 from celery_ha.state.namespaces import REGISTRY_KEY
 from celery_ha.state.purge import purge_namespace
 from celery_ha.state.replay import enqueue_if_absent
+from celery_ha.state.sharded import dispatch_shards
 from celery_ha.state.shards import shard_of, shard_tags
 from celery_ha.state.sink import count_items, iter_items
 from celery_ha.state.worker_registry import heartbeat, running_by_worker
@@ -124,6 +125,28 @@ def test_reclaim_covers_every_shard(redis_url: str, r: redis.Redis) -> None:
     last = max(lease.expires_at for lease in leases if lease) * 1000
     wait_until(lambda: redis_now_ms(r) > last, timeout=5, what="the Redis clock past every lease")
     assert q.reclaim_expired() == 9 and q.stats()["queued"] == 9
+
+
+def test_a_resend_never_sends_one_id_twice_in_a_call(redis_url: str, r: redis.Redis) -> None:
+    """A re-send with redispatch_after 0 (what resend_dispatched asks when a worker died) lets the
+    second pass of a sharded dispatch, the room a short shard left, take again the stale tasks the
+    first pass re-stamped a moment before: the call still sends each id once."""
+    q = TaskQueue.from_url(redis_url, "twice", shards=2)
+    first = [u for u, tid in zip(URLS[:200], q.task_ids(URLS[:200]), strict=True) if shard_of(tid, 2) == 0]
+    q.enqueue_many(first[:4])
+    assert len(q.dispatch(4)) == 4  # shard 0: 4 dispatched, none claimed (stale from now on)
+    q.enqueue_many(first[4:14])  # shard 0 fills its share; shard 1 has nothing and leaves its room
+
+    def run(shard: int, room: int) -> object:
+        reply = q._run("dispatch", room, 0, 1000, shard=shard)
+        stamp = redis_now_ms(r)  # the next call comes a clock tick later: what it re-stamped is stale
+        wait_until(lambda: redis_now_ms(r) > stamp + 1, timeout=5, what="the Redis clock to move")
+        return reply
+
+    sent = dispatch_shards(r, q.shard_keys(), run, window=8, start=0)
+    ids = [d.task_id for d in sent]
+    assert sorted(d.resent for d in sent) == [False] * 4 + [True] * 4
+    assert len(ids) == len(set(ids)) == 8, ids
 
 
 def test_complete_and_claim_moves_on_to_another_shard(redis_url: str) -> None:

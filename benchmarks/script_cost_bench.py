@@ -6,7 +6,9 @@ Two measurements, each on a redis-server of its own (free loopback port):
 each system named (``plain`` Celery and/or ``durable``; the classes of ``e2e_bench.py``), and prints
 ``INFO commandstats`` of the measured round per task: calls and µs of each command, the scripts'
 ``EVALSHA`` with their inner commands counted apart. So the gap to plain Celery shows as commands or
-as the scripts' own Lua.
+as the scripts' own Lua. ``--by-script`` also logs every command of the measured round in the slow
+log (threshold 0; the log's own cost falls on every command alike) and prints each script's calls
+and µs per call, named by its SHA1.
 
 ``prelude`` times, with ``EVALSHA`` from one client, a script's prelude (its includes as loaded, up
 to its own first statement, then ``return 0``), the same without its ``local function`` definitions
@@ -39,7 +41,36 @@ from celery_ha.state import TaskQueue  # noqa: E402
 STATE_LUA = ROOT / "celery_ha" / "state"
 
 
-def commandstats(binary: str, kind: str, tasks: int, concurrency: int, systems: list[str]) -> None:
+def _script_names() -> dict[str, str]:
+    """SHA1 of every script of the library's folders, as loaded -> its name."""
+    import hashlib
+
+    names = {}
+    for folder in sorted({p.parent for p in (ROOT / "celery_ha").rglob("*.lua")}):
+        for path in folder.glob("*.lua"):
+            if not path.stem.startswith("_"):
+                text = script_source(str(folder), path.stem)
+                names[hashlib.sha1(text.encode("utf-8")).hexdigest()] = path.stem
+    return names
+
+
+def _by_script(r: redis.Redis, tasks: int) -> None:
+    """Per script: calls per task and µs per call, from the slow log of the round."""
+    names = _script_names()
+    spent: dict[str, list[int]] = {}
+    for entry in r.slowlog_get(r.slowlog_len()):
+        words = entry["command"].split()
+        if words and words[0].upper() in (b"EVALSHA", "EVALSHA") and len(words) > 1:
+            sha = words[1].decode() if isinstance(words[1], bytes) else words[1]
+            spent.setdefault(names.get(sha, sha[:12]), []).append(int(entry["duration"]))
+    for name, durations in sorted(spent.items(), key=lambda kv: -sum(kv[1])):
+        durations.sort()
+        print(f"  script {name:22s} calls/task {len(durations) / tasks:5.2f}  µs/call mean "
+              f"{sum(durations) / len(durations):6.1f}  median {durations[len(durations) // 2]}")
+
+
+def commandstats(binary: str, kind: str, tasks: int, concurrency: int, systems: list[str],
+                 by_script: bool = False) -> None:
     from benchmarks.e2e_bench import Bench, start_site
 
     tmp = Path(tempfile.mkdtemp())
@@ -56,9 +87,14 @@ def commandstats(binary: str, kind: str, tasks: int, concurrency: int, systems: 
             try:
                 bench.round(system, kind, tasks)  # warm-up
                 r.config_resetstat()
+                if by_script:
+                    r.config_set("slowlog-max-len", 40 * tasks)
+                    r.slowlog_reset()
+                    r.config_set("slowlog-log-slower-than", 0)
                 cpu0 = r.info("cpu")
                 row = bench.round(system, kind, tasks)
                 cpu1, traffic, clients = r.info("cpu"), r.info("stats"), r.info("clients")
+                r.config_set("slowlog-log-slower-than", 10_000)
             finally:
                 bench.stop(proc)
             stats = r.info("commandstats")
@@ -78,6 +114,9 @@ def commandstats(binary: str, kind: str, tasks: int, concurrency: int, systems: 
             for name, v in sorted(stats.items(), key=lambda kv: -kv[1]["usec"])[:16]:
                 print(f"  {name.removeprefix('cmdstat_'):20s} calls/task {v['calls'] / tasks:6.2f}  "
                       f"µs/task {v['usec'] / tasks:7.1f}  µs/call {v['usec_per_call']:.1f}")
+            if by_script:
+                _by_script(r, tasks)
+                r.slowlog_reset()
     finally:
         server.stop()
 
@@ -128,6 +167,7 @@ def main() -> None:
     cs.add_argument("--kind", choices=("noop", "page"), default="noop")
     cs.add_argument("--tasks", type=int, default=2000)
     cs.add_argument("--concurrency", type=int, default=2)
+    cs.add_argument("--by-script", action="store_true", help="µs per call of each script (slow log at 0)")
     pr = sub.add_parser("prelude", help="what a task-state script's prelude costs per call")
     pr.add_argument("scripts", nargs="+", help="script names in celery_ha/state, e.g. claim")
     pr.add_argument("--calls", type=int, default=4000)
@@ -135,7 +175,7 @@ def main() -> None:
     args = ap.parse_args()
     binary = args.redis_server or shutil.which("redis-server") or ""
     if args.mode == "commandstats":
-        commandstats(binary, args.kind, args.tasks, args.concurrency, args.systems)
+        commandstats(binary, args.kind, args.tasks, args.concurrency, args.systems, args.by_script)
     else:
         prelude(binary, args.scripts, args.calls, args.rounds)
 

@@ -16,7 +16,8 @@ dropped by the exporter, ``benchmarks/e2e_tracing.py``) and every task enqueued 
 attempt is a span in its enqueuer's trace; ``durable`` in the same rounds is tracing off.
 ``--gated`` adds ``gated``: durable tasks with the host gate on (``CELERY_HA_HOSTS=1`` in the worker
 and the pump, tasks enqueued gated; no limits, so every task waits in its host's queue and is handed
-out by the gate): what the gate's bookkeeping costs end to end.
+out by the gate): what the gate's bookkeeping costs end to end; with ``--baseline-rev`` also
+``baseline-gated``, the same on that revision.
 ``--plain-reuse`` adds ``plain+reuse``: plain Celery whose kombu reuses its Redis clients as celery-ha's
 worker does (``celery_ha/integration/patches/kombu_client_reuse.py``), so the durable layer's own cost shows
 with that gain set aside. Every ratio is to ``plain``, plain Celery as it ships.
@@ -119,7 +120,7 @@ class Bench:
         env = {**env, "BENCH_PLAIN_REUSE": "1"} if system == "plain+reuse" else env
         if system == "traced":
             env = {**env, "CELERY_HA_EXTRA_IMPORTS": "benchmarks.e2e_durable,benchmarks.e2e_tracing"}
-        if system == "gated":
+        if system in GATED:
             env = {**env, "CELERY_HA_HOSTS": "1"}
         root = self.roots.get(system, ROOT)
         env = {**env, "PYTHONPATH": str(root)}
@@ -194,7 +195,7 @@ class Bench:
             from celery_ha.celery_app import app
             from celery_ha.integration.dispatch.pump import pump
 
-            q = TaskQueue(self.r, NS, host_gate=system == "gated")
+            q = TaskQueue(self.r, NS, host_gate=system in GATED)
             name = "bench_noop" if kind == "noop" else "bench_page"
             if system == "traced":  # queued under a span: every task carries its trace context
                 from benchmarks.e2e_tracing import provider
@@ -206,7 +207,7 @@ class Bench:
             env = {k: v for k, v in self.env.items() if k.startswith("CELERY")}
             if system in BATCHED:
                 env["CELERY_HA_BATCH"] = str(self.batch)
-            if system == "gated":
+            if system in GATED:
                 env["CELERY_HA_HOSTS"] = "1"
             pump(q, app, Settings.from_env(env))
             completed = QueueKeys(NS).stats  # one HGET a poll, as plain's one GET
@@ -229,6 +230,7 @@ class Bench:
 
 PLAIN = ("plain", "plain+reuse")  # plain Celery workers; the second with celery-ha's kombu client reuse
 BATCHED = ("batch", "baseline-batch")  # durable systems run with CELERY_HA_BATCH=--batch
+GATED = ("gated", "baseline-gated")  # durable systems run with the host gate on (--gated)
 CPU_FIELDS = ("cpu_ms_main", "cpu_ms_pool", "cpu_ms_redis", "cpu_ms_bench")
 
 
@@ -298,6 +300,9 @@ def main() -> None:
         if args.batch > 1:  # the same batches on the baseline's code
             bench.roots["baseline-batch"] = bench.roots["baseline"]
             systems += ("baseline-batch",)
+        if args.gated:  # the gate on the baseline's code
+            bench.roots["baseline-gated"] = bench.roots["baseline"]
+            systems += ("baseline-gated",)
     os.environ.update({k: v for k, v in bench.env.items() if k.startswith(("BENCH_", "CELERY"))})
     results: list[dict[str, Any]] = []
     try:

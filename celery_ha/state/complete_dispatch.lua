@@ -29,25 +29,33 @@
   ARGV[8] promote limit (due retries moved per call)
   ARGV[9] the run's output verdict for its refetch schedule: '' none, '=' unchanged, else its
     signature (_refetch.lua)
-  ARGV[10] P, the length of the push section (0: the caller sends every message)
-  ARGV[11..10+P] the push section (_push.lua), used only with a refill
-  ARGV[11+P..] item key, item JSON, item key, item JSON, ... (a key the sink holds is ignored)
+  ARGV[10] '1': with a refill, the reply also tells when the host gate's first waiting host may
+    hand out a task (a gated worker arms its pump timer with it: no round trip of its own); '' not
+  ARGV[11] P, the length of the push section (0: the caller sends every message)
+  ARGV[12..11+P] the push section (_push.lua), used only with a refill
+  ARGV[12+P..] item key, item JSON, item key, item JSON, ... (a key the sink holds is ignored)
   Reply: {new items (0 or more), flat list of {id, task name, priority, resent} as dispatch.lua's
-    for the caller to send (those not pushed), messages pushed, the push's refusal text or false},
-    the list empty without a refill; or a refusal (nothing written, nothing dispatched): R_UNKNOWN,
-    R_WAITING, R_STALE_TOKEN, R_DELAYED, R_COMPLETED, R_DEAD
+    for the caller to send (those not pushed), messages pushed, the push's refusal text or false,
+    the gate's wait: {now (ms, Redis clock), hwait's first score or false when no host waits} when
+    asked for and refilled, else false}, the list empty without a refill; or a refusal (nothing
+    written, nothing dispatched): R_UNKNOWN, R_WAITING, R_STALE_TOKEN, R_DELAYED, R_COMPLETED, R_DEAD
 ]]
 --#include _common
 --#include _dispatch
 --#include _push
 local now = now_ms()
-local push_to = 10 + tonumber(ARGV[10])
+local push_to = 11 + tonumber(ARGV[11])
 local items_from = push_to + 1
 local added, refusal = complete_with_items(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), now,
   ARGV[9], items_from)
 if not added then return refusal end
-if ARGV[6] == '' then return {added, {}, 0, false} end
+if ARGV[6] == '' then return {added, {}, 0, false, false} end
 local out = fill_window(now, tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8])
-if push_to == 10 or #out == 0 then return {added, out, 0, false} end
-local left, pushed, err = push_messages(out, 11, push_to)
-return {added, left, pushed, err}
+local wait = false
+if ARGV[10] == '1' then
+  local head = gate_busy() and redis.call('ZRANGE', K_HWAIT, 0, 0, 'WITHSCORES') or {}
+  wait = {now, head[2] or false}
+end
+if push_to == 11 or #out == 0 then return {added, out, 0, false, wait} end
+local left, pushed, err = push_messages(out, 12, push_to)
+return {added, left, pushed, err, wait}

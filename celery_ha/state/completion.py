@@ -79,6 +79,9 @@ class Completion(NamedTuple):
     to_send: list[Dispatched] | None
     pushed: int = 0
     push_error: str | None = None
+    #: With ``host_wait`` and a refill: (now, when the gate's first waiting host may hand out a task,
+    #: None when none waits for a time), both ms of the Redis clock; else None.
+    host_wait: tuple[int, int | None] | None = None
 
 
 class CompletionOps:
@@ -113,9 +116,12 @@ class CompletionOps:
 
     def complete_and_push(self, lease: Lease, items: Iterable[tuple[str, Mapping[str, Any]]] = (),
                           *, window: int | None = None, redispatch_after: float = 60.0,
-                          promote_limit: int = 1000, push: ListPush | None = None) -> Completion:
+                          promote_limit: int = 1000, push: ListPush | None = None,
+                          host_wait: bool = False) -> Completion:
         """:meth:`complete_and_dispatch`, and with ``push`` the script pushes the refill's messages
-        onto the broker's lists itself (``_push.lua``); what it did not push is left to send."""
+        onto the broker's lists itself (``_push.lua``); what it did not push is left to send. With
+        ``host_wait`` a refill also tells when the host gate's first waiting host is due
+        (:attr:`Completion.host_wait`), which a gated worker's pump timer needs after each task."""
         task_id, token = lease_ids(lease)
         args = item_args(items)
         refill = window is not None and self.shard_count == 1
@@ -128,14 +134,19 @@ class CompletionOps:
         shard = self._of(task_id)
         k = self._shards[shard]
         reply = self._run("complete_dispatch", task_id, token, self.history_max, int(self.history_age * 1000),
-                          window_arg, after_ms, limit, verdict_of(lease), len(push_args), *push_args, *args,
+                          window_arg, after_ms, limit, verdict_of(lease), "1" if host_wait else "",
+                          len(push_args), *push_args, *args,
                           keys=[*self._key_lists[shard], k.items, k.item_log], shard=shard)
         if refused(reply):
             raise_for(reply, task_id, token)
-        added, flat, pushed, error = reply
+        added, flat, pushed, error, wait = reply
         if isinstance(error, bytes):
             error = error.decode(errors="replace")
-        return Completion(int(added), dispatched_from(flat) if refill else None, int(pushed), error or None)
+        waits = None
+        if wait:
+            waits = (int(wait[0]), int(float(wait[1])) if wait[1] else None)
+        return Completion(int(added), dispatched_from(flat) if refill else None, int(pushed), error or None,
+                          waits)
 
     def complete_and_claim_id(self, lease: Lease, next_id: str, worker: str,
                               items: Iterable[tuple[str, Mapping[str, Any]]] = (), *,

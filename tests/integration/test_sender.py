@@ -6,17 +6,20 @@ import contextlib
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
+import redis
 
 from celery_ha import LeaseLost
 from celery_ha.base.settings import Settings
 from celery_ha.integration.core import services as svc
 from celery_ha.integration.core.services import Services
 from celery_ha.integration.core.task_spec import DurableTask
+from celery_ha.integration.dispatch import pump
 from celery_ha.integration.dispatch import sender as snd
 from celery_ha.integration.running import lease_keeper
 from celery_ha.integration.running.context import DurableContext
@@ -254,3 +257,48 @@ def test_a_refill_still_queued_goes_out_before_the_next_tasks_code(rt: Services)
     assert run_message(spec, task, tid, refill=False).kind == "completed"
     assert seen == [[["queued-earlier"]]]
     assert app.sent_by == [threading.current_thread().name]
+
+
+class ThreadCountingConnection(redis.Connection):
+    """Counts the writes (one per command or pipeline) each thread makes on the socket."""
+
+    writes: ClassVar[Counter[str]] = Counter()
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        ThreadCountingConnection.writes[threading.current_thread().name] += 1
+        super().send_packed_command(command, check_health)
+
+
+def test_a_gated_completion_arms_the_host_timer_with_no_round_trip_of_its_own(redis_url: str) -> None:
+    """With the host gate on, a worker arms its pump timer after every task for the first waiting
+    host: the completion's script reads that host's due time, so a task costs its claim and its
+    completion, no third round trip, and the timer is armed for the paced host."""
+    settings = Settings(redis_url=redis_url, namespace="gsnd", lease_ttl=5, heartbeat_interval=1, window=3)
+    client = redis_client(redis_url, connection_class=ThreadCountingConnection)
+    q = TaskQueue(client, "gsnd", lease_ttl=5, host_gate=True)
+    svc._services.set(Services(settings=settings, redis_url=redis_url, client=client, queue=q))
+    svc.set_node("gsnd@host")
+    try:
+        app = Recorder()
+        task = SimpleNamespace(app=app, request=SimpleNamespace(hostname="gsnd@host"))
+        spec = DurableTask(name="fetch_page", fn=lambda ctx: None)
+        q.hosts.set("a.example", delay=30)
+        ids = q.enqueue_many(["http://b.example/0", "http://a.example/1", "http://a.example/2",
+                              "http://b.example/1"])
+        q.dispatch(3)
+        assert run_message(spec, task, ids[0]).kind == "completed"  # warm: scripts, window, services
+        assert snd.flush_sends(10)
+        main = threading.current_thread().name
+        before = ThreadCountingConnection.writes[main]
+        assert run_message(spec, task, ids[1]).kind == "completed"  # a.example: paced 30 s from now
+        assert ThreadCountingConnection.writes[main] - before == 2  # the claim, the completion
+        timer = pump._host_timer.get()
+        assert timer.timer is not None and 25 < timer.due - time.monotonic() <= 30
+        assert snd.flush_sends(10)
+    finally:
+        armed = pump._host_timer.get().timer
+        if armed is not None:
+            armed.cancel()
+        lease_keeper.stop_keeper()
+        lease_keeper._keeper.reset()
+        svc.reset_services()

@@ -190,3 +190,27 @@ def test_a_full_redis_refuses_the_items_and_the_completion_together(tmp_path) ->
         check_invariants(r, q)
     finally:
         server.stop()
+
+
+def test_a_gated_refill_tells_when_the_first_waiting_host_is_due(redis_url: str, r: redis.Redis) -> None:
+    """A gated worker arms its pump timer after every task from what the completion's script read:
+    (now, hwait's first score) when asked, None when not asked or without a refill."""
+    gq = TaskQueue.from_url(redis_url, "hw", host_gate=True)
+    gq.hosts.set("a.example", delay=30)
+    gq.enqueue_many([f"http://a.example/{i}" for i in range(3)] + ["http://b.example/1"])
+    first = gq.claim_next("w")
+    assert first is not None and first.task.url.startswith("http://a.example/")
+    done = gq.complete_and_push(first, window=4, host_wait=True)
+    due = r.zrange(gq.keys.hosts_wait, 0, 0, withscores=True)
+    assert done.host_wait is not None and due and due[0][0] == "a.example"
+    now, head = done.host_wait
+    assert head == int(due[0][1]) and 29_000 <= head - now <= 30_000  # a.example paced 30 s from now
+    assert [d.task_id for d in done.to_send or []]  # b.example's task, dispatched by the refill
+    second = gq.claim(done.to_send[0].task_id, "w")
+    assert second is not None and gq.complete_and_push(second, window=4).host_wait is None  # not asked
+    plain = TaskQueue.from_url(redis_url, "nohw")
+    plain.enqueue("http://c.example/1")
+    lease = plain.claim_next("w")
+    assert lease is not None
+    assert plain.complete_and_push(lease, window=2, host_wait=True).host_wait[1] is None  # no host waits
+    check_invariants(r, gq)

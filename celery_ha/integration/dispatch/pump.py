@@ -183,6 +183,15 @@ def refill_window(rt: Services) -> int | None:
         return None
 
 
+def gate_on(rt: Services) -> bool:
+    """Whether the namespace's host gate is on, as this process last read it (once per heartbeat
+    interval, with the window): a completion then asks its script for the gate's first due time."""
+    try:
+        return _window.get().refresh(rt.queue, rt.settings).gated
+    except Exception:  # a Redis error here must not fail a task that ran: the timer reads it later
+        return False
+
+
 def pump_quietly(app: Any, rt: Services, resend_all: bool = False) -> int:
     """Pump where a failure must not fail the caller (after a task, after a failover): the sweep of
     beat or of a worker watchdog pumps again later. ``resend_all``: send again every dispatched task
@@ -211,17 +220,21 @@ class _HostTimer:
         self.timer: threading.Timer | None = None
         self.due = float("inf")  # time.monotonic() the armed timer fires at
 
-    def arm(self, app: Any, rt: Services) -> None:
+    def arm(self, app: Any, rt: Services, wait: tuple[int, int | None] | None = None) -> None:
         q = rt.queue
         if not _window.get().refresh(q, rt.settings).gated:
             return
-        pipe = q.client.pipeline(transaction=False)
-        pipe.time()
-        for keys in q.shard_keys():
-            pipe.zrange(keys.hosts_wait, 0, 0, withscores=True)
-        (now_s, now_us), *heads = pipe.execute()
-        now_ms = now_s * 1000 + now_us // 1000
-        times = [head[0][1] for head in heads if head and head[0][1] < SLOT]
+        if wait is not None:  # read by the completion's script (one shard): no round trip here
+            now_ms, head = wait
+            times = [head] if head is not None and head < SLOT else []
+        else:
+            pipe = q.client.pipeline(transaction=False)
+            pipe.time()
+            for keys in q.shard_keys():
+                pipe.zrange(keys.hosts_wait, 0, 0, withscores=True)
+            (now_s, now_us), *heads = pipe.execute()
+            now_ms = now_s * 1000 + now_us // 1000
+            times = [head[0][1] for head in heads if head and head[0][1] < SLOT]
         if not times:
             return
         delay = min(HOST_TIMER_MAX, max(0.002, (min(times) - now_ms) / 1000.0))
@@ -245,10 +258,12 @@ class _HostTimer:
 _host_timer = PerProcess(_HostTimer)
 
 
-def arm_host_timer(app: Any, rt: Services) -> None:
+def arm_host_timer(app: Any, rt: Services, wait: tuple[int, int | None] | None = None) -> None:
     """Arm this process's timer for the earliest waiting host of the gate (nothing when the gate is
-    off: a cached flag, no round trip). Never raises: the next pump or sweep arms it again."""
+    off: a cached flag, no round trip). ``wait``: (now, the first waiting host's due time or None),
+    both ms of the Redis clock, as a completion's script read them; else one round trip reads them.
+    Never raises: the next pump or sweep arms it again."""
     try:
-        _host_timer.get().arm(app, rt)
+        _host_timer.get().arm(app, rt, wait)
     except Exception as exc:
         log.debug("host timer not armed: %s", exc)

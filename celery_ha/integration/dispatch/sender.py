@@ -167,14 +167,16 @@ class BackgroundSender:
 _sender: PerProcess[BackgroundSender] = PerProcess(BackgroundSender, valid=lambda s: s.alive)
 
 
-def send_soon(app: Any, rt: Services, batch: list[Dispatched], task_cpu: float = 0.0) -> None:
+def send_soon(app: Any, rt: Services, batch: list[Dispatched], task_cpu: float = 0.0,
+              host_wait: tuple[int, int | None] | None = None) -> None:
     """Publish the messages of tasks a completion already dispatched. ``task_cpu``: CPU seconds the
     task's own code used; where this process's tasks keep the CPU busy, the caller publishes them
     now (after what is queued before them), else the sender thread does and the caller returns at
-    once (see the module docstring)."""
+    once (see the module docstring). ``host_wait``: the host gate's first due time as the
+    completion's script read it (``Completion.host_wait``), which spares the timer a round trip."""
     sender = _sender.get()
     inline = sender.observe(task_cpu)
-    arm_host_timer(app, rt)  # a paced host the refill had to pass over gets its pump on time
+    arm_host_timer(app, rt, host_wait)  # a paced host the refill had to pass over gets its pump on time
     if not batch:
         return
     if not sender.submit(app, rt, batch, wake=not inline):

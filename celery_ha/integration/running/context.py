@@ -46,6 +46,8 @@ class DurableContext:
         self.checkpoints_saved = 0
         self.emitted = 0
         self.committed = 0
+        # The host gate's first due time as the completion's script read it (Completion.host_wait)
+        self.host_wait: tuple[int, int | None] | None = None
         # Conditional requests of the task's own page (fetch/conditional.py), made at its first fetch
         self._page: PageValidators | None = None
         # Order-independent digest of the items emitted in this run (ctx.signature() with no data)
@@ -234,7 +236,7 @@ class DurableContext:
             self._children = []
 
     def _complete(self, window: int | None, redispatch_after: float,
-                  push: ListPush | None = None) -> list[Dispatched] | None:
+                  push: ListPush | None = None, host_wait: bool = False) -> list[Dispatched] | None:
         """Write the buffered children, then store the buffered items, complete the task and (with
         ``window``) refill the broker window in one fenced script, which with ``push`` also pushes
         the refill's messages (``integration/dispatch/script_push.py``). Returns the tasks left to send, or
@@ -242,11 +244,13 @@ class DurableContext:
         self._flush_children()
         try:
             done = self._rt.queue.complete_and_push(self.lease, self._items, window=window,
-                                                    redispatch_after=redispatch_after, push=push)
+                                                    redispatch_after=redispatch_after, push=push,
+                                                    host_wait=host_wait)
         except LeaseLost as exc:
             self.mark_lost(str(exc))
             raise
         self.committed += done.added
+        self.host_wait = done.host_wait
         self._items = []
         if self._page is not None:  # only now: a validator must not outlive uncommitted items
             self._page.remember()

@@ -35,7 +35,7 @@ from celery_ha.integration.core.services import Services, services, set_node
 from celery_ha.integration.core.task_errors import GracefulStop, HostNotReady, NotModified, is_permanent
 from celery_ha.integration.core.task_spec import DurableTask
 from celery_ha.integration.core.tracing import attempt_started
-from celery_ha.integration.dispatch.pump import pump_quietly, refill_window
+from celery_ha.integration.dispatch.pump import gate_on, pump_quietly, refill_window
 from celery_ha.integration.dispatch.script_push import script_push
 from celery_ha.integration.dispatch.sender import publish_queued, send_soon
 from celery_ha.integration.running.context import DurableContext
@@ -137,7 +137,8 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
             else:
                 window = refill_window(rt) if refill else None
                 dispatched = ctx._complete(window, rt.settings.redispatch_after,
-                                           script_push(celery_task.app, rt) if window is not None else None)
+                                           script_push(celery_task.app, rt) if window is not None else None,
+                                           host_wait=window is not None and gate_on(rt))
     except LeaseLost as exc:
         outcome = Outcome("lost", task_id, lease.task.url, f"lease lost: {exc}")
         log.warning("task %s stopped, its lease is lost: %s", task_id, exc)
@@ -161,7 +162,7 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
         keep.untrack(ctx)
     try:
         if refill and dispatched is not None:
-            send_soon(celery_task.app, rt, dispatched, task_cpu)  # dispatched by the completion's script
+            send_soon(celery_task.app, rt, dispatched, task_cpu, ctx.host_wait)  # the completion's refill
         elif refill:
             pump_quietly(celery_task.app, rt)  # refill the window (a handed-back task goes to another worker)
     except Exception:  # the task's outcome stands; what was dispatched is re-sent by the pump later

@@ -29,7 +29,10 @@ local function fill_window(now, window, redispatch_after_ms, promote_limit)
   end
   if #stale > 0 then incr('redispatched', #stale) end
   local room = window - redis.call('ZCARD', K_INFLIGHT)
-  if room > 0 then hosts_due(now) end
+  -- Hosts whose wait is over go to hready even when there is no room (a full window, a pause): hwait's
+  -- head is then a time to come, which a worker's pump timer waits for, not one gone by (a timer armed
+  -- for it would fire at once, again and again, until a slot freed).
+  hosts_due(now)
   while room > 0 do
     local id, st, payload = pop_best(now, 'd')
     if not id then break end

@@ -79,8 +79,9 @@ class Completion(NamedTuple):
     to_send: list[Dispatched] | None
     pushed: int = 0
     push_error: str | None = None
-    #: With ``host_wait`` and a refill: (now, when the gate's first waiting host may hand out a task,
-    #: None when none waits for a time), both ms of the Redis clock; else None.
+    #: With ``host_wait`` and a refill: (now, hwait's first score: when the gate's first waiting host
+    #: may hand out a task, SLOT (9e15) when it waits for an event, None when no host waits), ms of the
+    #: Redis clock; else None.
     host_wait: tuple[int, int | None] | None = None
 
 

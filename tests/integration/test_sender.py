@@ -273,7 +273,8 @@ def test_a_gated_completion_arms_the_host_timer_with_no_round_trip_of_its_own(re
     """With the host gate on, a worker arms its pump timer after every task for the first waiting
     host: the completion's script reads that host's due time, so a task costs its claim and its
     completion, no third round trip, and the timer is armed for the paced host."""
-    settings = Settings(redis_url=redis_url, namespace="gsnd", lease_ttl=5, heartbeat_interval=1, window=3)
+    # The window's cached reads (pause, gate) last a heartbeat interval: long, so none falls in the count.
+    settings = Settings(redis_url=redis_url, namespace="gsnd", lease_ttl=120, heartbeat_interval=60, window=3)
     client = redis_client(redis_url, connection_class=ThreadCountingConnection)
     q = TaskQueue(client, "gsnd", lease_ttl=5, host_gate=True)
     svc._services.set(Services(settings=settings, redis_url=redis_url, client=client, queue=q))

@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from celery_ha import InvalidInput, TaskQueue
+from celery_ha.redisio.clock import redis_now_ms
 from celery_ha.state.host_queues import host_queue_ids
 from celery_ha.state.shards import shard_of
 from tests.support.invariants import check_hosts, check_invariants
@@ -324,3 +325,22 @@ def test_metrics_count_hosts_per_zone_without_a_label_per_host(gq: TaskQueue, re
     assert m.hosts == {"eligible": 1, "waiting": 1, "parked": 1}
     family = next(f for f in queue_families(m, 30) if f.name == "celery_ha_hosts")
     assert {s.labels["zone"]: s.value for s in family.samples} == {"eligible": 1, "waiting": 1, "parked": 1}
+
+
+def test_a_host_whose_wait_ended_leaves_hwait_even_when_the_window_is_full(gq: TaskQueue, r: redis.Redis
+                                                                             ) -> None:
+    """A worker arms its pump timer for hwait's first host: a host whose time has passed must not
+    stay there while the window is full (or paused), else the timer fires at once, again and again."""
+    gq.hosts.set("a.example", delay=0.05)
+    gq.enqueue_many(["http://b.example/1", "http://a.example/1", "http://a.example/2"])
+    lease = gq.claim_next("w")
+    assert lease is not None and lease.task.url == "http://a.example/1"  # a.example paced from now
+    assert [d.task_id for d in gq.dispatch(1)] == [gq.task_ids(["http://b.example/1"])[0]]  # full
+    due = r.zscore(gq.keys.hosts_wait, "a.example")
+    assert due is not None
+    wait_until(lambda: redis_now_ms(r) > due, timeout=5, what="a.example's wait to end")
+    assert gq.dispatch(1) == []  # no room: nothing handed out
+    assert r.zscore(gq.keys.hosts_wait, "a.example") is None  # but the host is due: in hready
+    assert r.zscore(gq.keys.hosts_ready, "a.example") is not None
+    assert gq.dispatch(0) == [] and r.zcard(gq.keys.hosts_wait) == 0  # paused (no window) alike
+    check_invariants(r, gq)

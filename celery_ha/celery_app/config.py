@@ -104,7 +104,6 @@ def celery_settings(settings: Settings) -> CelerySettings:
     defaults: dict[str, Any] = {
         "result_serializer": JSON,
         "result_accept_content": [JSON],
-        "task_acks_on_failure_or_timeout": True,
         "worker_cancel_long_running_tasks_on_connection_loss": True,
         "worker_soft_shutdown_timeout": settings.soft_shutdown_timeout,
         # A lost broker connection is retried within a second, not after 2 s + 4 s (Sentinel failover).

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from celery_ha.base.errors import LeaseLost, TaskNotFound
-from celery_ha.redisio.scripts import LuaScript, prune_functions, script_source
+from celery_ha.redisio.scripts import LuaScript, _function_blocks, prune_functions, script_source
 from celery_ha.state import Refusal, TaskQueue, task_id_for
 from celery_ha.state.ids import ALPHABET
 from celery_ha.state.replies import REASONS, raise_for, reason, refused
@@ -221,3 +221,20 @@ return {idx, chr, IDX[nil] == nil and CHR[-1] == nil and CHR[62] == nil and CHR[
     assert idx == want + want
     assert chr_ == [ord(c) for c in ALPHABET]
     assert edges == 1
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in STATE_LUA.glob("*.lua") if p.stem[0] != "_"))
+def test_a_function_calls_only_functions_defined_before_it(name: str) -> None:
+    """A Lua local is visible only after its definition: a function that calls one defined later
+    reads a global that does not exist, and fails only when that line runs (the host gate's
+    factory, gate(), once called host_batch, defined below it). Names a function defines inside
+    itself, and its own, are its own."""
+    text = script_source(str(STATE_LUA), name)
+    blocks = _function_blocks(text)
+    assert blocks is not None, f"{name}: layout not read"
+    defined_at = {block: start for block, start, _ in blocks}
+    for block, start, end in blocks:
+        body = re.sub(r"--[^\n]*", "", text[start:end])
+        own = set(re.findall(r"local function (\w+)\(", body))
+        for called in set(re.findall(r"(?<![\w.:])(\w+)\(", body)) - own:
+            assert defined_at.get(called, -1) < start, f"{name}: {block}() calls {called}(), defined after it"

@@ -259,7 +259,7 @@ end
 -- a gated task (st.h) in its host's queue instead.
 local function push_ready(id, st, front, now)
   if st.h then
-    gate().host_push(id, st, front, now or now_ms())
+    host_push(id, st, front, now or now_ms())
     st.s = 'q'
     return
   end
@@ -342,10 +342,9 @@ local function unready(id, st)
   if st.h then
     -- An earlier release's zset gives the id up; a list keeps it as a stale entry (host_take's
     -- caller skips it), uncounted now.
-    local g = gate()
-    if g.legacy_queues() and redis.call('ZREM', g.hqkey(st.h), id) == 1 then g.hcfg_add('lq', -1) end
+    if legacy_queues() and redis.call('ZREM', hqkey(st.h), id) == 1 then hcfg_add('lq', -1) end
     redis.call('HINCRBY', K_HCFG, 'nq', -1)
-    g.host_place(st.h, g.host_load(st.h), now_ms())
+    host_place(st.h, host_load(st.h), now_ms())
     return
   end
   redis.call('HINCRBY', K_STATS, 'rstale', 1)
@@ -409,7 +408,7 @@ local function promote_due(now, limit)
 end
 
 local function to_dead(id, st, now, reason)
-  if st.h then gate().host_dead(st.h) end
+  if st.h then host_dead(st.h) end
   st.s = 'x'
   st.e = reason
   st.ut = fmt(now)
@@ -486,25 +485,24 @@ end
 local function grant(id, st, payload, worker, ttl, now, popped)
   if popped then
     if st.s ~= 'q' then return refusal_in(st.s) end
-    if st.h then gate().host_out(st.h, now, 'c', host_popped(st.h)) end
+    if st.h then host_out(st.h, now, 'c', host_popped(st.h)) end
   elseif st.s == 'q' then
     unready(id, st)
-    if st.h then gate().host_out(st.h, now, 'c') end
+    if st.h then host_out(st.h, now, 'c') end
   elseif st.s == 'd' then
     redis.call('ZREM', K_INFLIGHT, id)
     if st.h then
-      local g = gate()
-      local hs = g.host_load(st.h)
-      if g.n0(hs.bu) > now then
+      local hs = host_load(st.h)
+      if n0(hs.bu) > now then
         -- Its host was blocked after the message left (a 429, an operator): no lease; the task goes
         -- back to the front of its host's queue, uncounted, and the message is dropped.
-        g.host_end(st.h, now, false, true)
+        host_end(st.h, now, false, true)
         push_ready(id, st, true, now)
         st.ut = fmt(now)
         save(id, st, payload)
         return R_WAITING
       end
-      g.host_claimed(st.h, now, hs)
+      host_claimed(st.h, now, hs)
     end
   else
     return refusal_in(st.s)
@@ -580,7 +578,7 @@ local function complete_task(id, token, hmax, hage, now, held, sig)
   end
   redis.call('ZREM', K_RUNNING, id)
   redis.call('HDEL', K_CKPT, id)
-  if st.h then gate().host_end(st.h, now, true) end
+  if st.h then host_end(st.h, now, true) end
   observe('r', st.n, st.ut, now) -- st.ut is the claim time: nothing else moves it while running
   st.s = 'c'
   st.w = nil

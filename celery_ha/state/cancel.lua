@@ -28,13 +28,13 @@ if was == 'q' then
   unready(id, st)
 elseif was == 'd' then
   redis.call('ZREM', K_INFLIGHT, id)
-  if st.h then gate().host_end(st.h, now_ms(), false, true) end
+  if st.h then host_end(st.h, now_ms(), false, true) end
 elseif was == 'w' then
   redis.call('ZREM', K_DELAYED, id)
   st.due = nil
 elseif was == 'r' then
   redis.call('ZREM', K_RUNNING, id)
-  if st.h then gate().host_end(st.h, now_ms()) end
+  if st.h then host_end(st.h, now_ms()) end
   st.w = nil
 end
 to_dead(id, st, now_ms(), 'cancelled: ' .. ARGV[3])

@@ -24,7 +24,7 @@ local st, payload, refusal = fenced(id, ARGV[3])
 if refusal then return refusal end
 local now = now_ms()
 redis.call('ZREM', K_RUNNING, id)
-if st.h then gate().host_end(st.h, now) end
+if st.h then host_end(st.h, now) end
 local attempts = (tonumber(st.a) or 0) + 1
 st.a = tostring(attempts)
 st.e = ARGV[4]

@@ -22,8 +22,6 @@
   Reply: the host's blocked-until time (ms, Redis clock; 0 = not blocked)
 ]]
 --#include _common
-local g = gate()
-local host_load, host_place, hkey, n0 = g.host_load, g.host_place, g.hkey, g.n0
 local h, op = ARGV[2], ARGV[3]
 local now = now_ms()
 local hs = host_load(h)

@@ -16,8 +16,6 @@
   the waiting hosts, at most 1,000 of each per call: the others at their next event, due time or pop).
 ]]
 --#include _common
-local g = gate()
-local host_load, host_place, hkey = g.host_load, g.host_place, g.hkey
 local now = now_ms()
 local key = ARGV[2] == '' and K_HCFG or hkey(ARGV[2])
 local switched = false -- the call names the gate's switch ('on'): no implicit switching on then

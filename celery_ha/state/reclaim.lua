@@ -47,7 +47,7 @@ for j = 1, #ids, 1000 do
       local id = ids[j + k - 1]
       local st, payload = decode(raws[k])
       if st.s == 'r' then
-        if st.h then gate().host_end(st.h, now) end
+        if st.h then host_end(st.h, now) end
         if spared[id] then
           st.w = nil
           st.ut = fmt(now)

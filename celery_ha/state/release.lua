@@ -32,7 +32,7 @@ if ARGV[4] ~= '' and st.w ~= ARGV[4] then return R_OTHER_WORKER end
 local now = now_ms()
 local state
 redis.call('ZREM', K_RUNNING, id)
-if st.h then gate().host_end(st.h, now) end
+if st.h then host_end(st.h, now) end
 local count = ARGV[5] == '1'
 if ARGV[5] == 'f' then
   st.f = tostring((tonumber(st.f) or 0) + 1)

@@ -226,9 +226,8 @@ return {idx, chr, IDX[nil] == nil and CHR[-1] == nil and CHR[62] == nil and CHR[
 @pytest.mark.parametrize("name", sorted(p.stem for p in STATE_LUA.glob("*.lua") if p.stem[0] != "_"))
 def test_a_function_calls_only_functions_defined_before_it(name: str) -> None:
     """A Lua local is visible only after its definition: a function that calls one defined later
-    reads a global that does not exist, and fails only when that line runs (the host gate's
-    factory, gate(), once called host_batch, defined below it). Names a function defines inside
-    itself, and its own, are its own."""
+    reads a global that does not exist, and fails only when that line runs. Names a function
+    defines inside itself, and its own, are its own."""
     text = script_source(str(STATE_LUA), name)
     blocks = _function_blocks(text)
     assert blocks is not None, f"{name}: layout not read"

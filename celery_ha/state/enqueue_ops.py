@@ -144,10 +144,13 @@ class EnqueueOps:
         if not any(row[2] == "1" for row in rows):
             return
         if not self._rules_checked:
-            carry, ancestors = check_rules_reading(self.client, self.namespace, self.url_rules, LINEAGE)
+            self._keep_lineage(*check_rules_reading(self.client, self.namespace, self.url_rules, LINEAGE))
             self._rules_checked = True
         else:
-            carry, ancestors = self.client.hmget(self.keys.meta, LINEAGE)
+            self._keep_lineage(*self.client.hmget(self.keys.meta, LINEAGE))
+
+    def _keep_lineage(self, carry: str | None, ancestors: str | None) -> None:
+        """Keep the lineage fields as read (meta ``carry`` and ``ancestors``), and when."""
         self._carries, self._ancestors = parse_carries(carry), parse_carries(ancestors)
         self._carries_at = time.monotonic()
 
@@ -168,9 +171,7 @@ class EnqueueOps:
     def set_url_rules(self, rules: UrlRules) -> None:
         """Record ``rules`` as the namespace's URL canonicalisation and use them (``state/url_rules.py``)."""
         self.url_rules, self._rules_checked = set_rules(self.client, self.namespace, rules), True
-        carry, ancestors = self.client.hmget(self.keys.meta, LINEAGE)  # read with the rules otherwise
-        self._carries, self._ancestors = parse_carries(carry), parse_carries(ancestors)
-        self._carries_at = time.monotonic()
+        self._keep_lineage(*self.client.hmget(self.keys.meta, LINEAGE))  # read with the rules otherwise
 
     def enqueue_many_with_status(self, specs: Iterable[str | Mapping[str, Any]], *,
                                  task: str | None = None, priority: int = 0, dedup: bool = True,

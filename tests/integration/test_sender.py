@@ -6,13 +6,11 @@ import contextlib
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from types import SimpleNamespace
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
-import redis
 
 from celery_ha import LeaseLost
 from celery_ha.base.settings import Settings
@@ -26,6 +24,7 @@ from celery_ha.integration.running.context import DurableContext
 from celery_ha.integration.running.runner import run_message
 from celery_ha.redisio.client import redis_client
 from celery_ha.state import Dispatched, TaskQueue
+from tests.state.test_queue import CountingConnection
 from tests.support.fake_queues import fake_amqp
 from tests.support.invariants import check_invariants
 
@@ -259,23 +258,13 @@ def test_a_refill_still_queued_goes_out_before_the_next_tasks_code(rt: Services)
     assert app.sent_by == [threading.current_thread().name]
 
 
-class ThreadCountingConnection(redis.Connection):
-    """Counts the writes (one per command or pipeline) each thread makes on the socket."""
-
-    writes: ClassVar[Counter[str]] = Counter()
-
-    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        ThreadCountingConnection.writes[threading.current_thread().name] += 1
-        super().send_packed_command(command, check_health)
-
-
 def test_a_gated_completion_arms_the_host_timer_with_no_round_trip_of_its_own(redis_url: str) -> None:
     """With the host gate on, a worker arms its pump timer after every task for the first waiting
     host: the completion's script reads that host's due time, so a task costs its claim and its
     completion, no third round trip, and the timer is armed for the paced host."""
     # The window's cached reads (pause, gate) last a heartbeat interval: long, so none falls in the count.
     settings = Settings(redis_url=redis_url, namespace="gsnd", lease_ttl=120, heartbeat_interval=60, window=3)
-    client = redis_client(redis_url, connection_class=ThreadCountingConnection)
+    client = redis_client(redis_url, connection_class=CountingConnection)
     q = TaskQueue(client, "gsnd", lease_ttl=5, host_gate=True)
     svc._services.set(Services(settings=settings, redis_url=redis_url, client=client, queue=q))
     svc.set_node("gsnd@host")
@@ -290,9 +279,9 @@ def test_a_gated_completion_arms_the_host_timer_with_no_round_trip_of_its_own(re
         assert run_message(spec, task, ids[0]).kind == "completed"  # warm: scripts, window, services
         assert snd.flush_sends(10)
         main = threading.current_thread().name
-        before = ThreadCountingConnection.writes[main]
+        before = CountingConnection.by_thread[main]
         assert run_message(spec, task, ids[1]).kind == "completed"  # a.example: paced 30 s from now
-        assert ThreadCountingConnection.writes[main] - before == 2  # the claim, the completion
+        assert CountingConnection.by_thread[main] - before == 2  # the claim, the completion
         timer = pump._host_timer.get()
         assert timer.timer is not None and 25 < timer.due - time.monotonic() <= 30
         assert snd.flush_sends(10)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections import Counter
+from typing import ClassVar
 
 import pytest
 import redis
@@ -30,12 +33,15 @@ def q(redis_url: str) -> TaskQueue:
 
 
 class CountingConnection(redis.Connection):
-    """Counts what the client writes to the socket: one write per command or per pipeline."""
+    """Counts what the client writes to the socket: one write per command or per pipeline, in all
+    and by the thread that wrote (a worker's own threads write beside the task's)."""
 
     writes = 0
+    by_thread: ClassVar[Counter[str]] = Counter()
 
     def send_packed_command(self, command, check_health=True):  # type: ignore[override]
         CountingConnection.writes += 1
+        CountingConnection.by_thread[threading.current_thread().name] += 1
         return super().send_packed_command(command, check_health)
 
 

@@ -18,6 +18,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from celery_ha.base.per_process import PerProcess
 from celery_ha.redisio.cluster import is_cluster_client
 from celery_ha.redisio.cluster_caller import ClusterScript
+from celery_ha.redisio.functions import FunctionLibrary, on_connection
 from celery_ha.redisio.replicas import ReplicaWait
 
 #: The releases the redis-py internals used here (a pool's ``get_connection()`` without arguments,
@@ -71,7 +72,9 @@ class PinnedConnections:
 
 
 class LuaScript:
-    """One script bound to a client: ``script(keys=[...], args=[...])`` runs it with EVALSHA.
+    """One script bound to a client: ``script(keys=[...], args=[...])`` runs it with EVALSHA, or with
+    FCALL when it is also a function of a :class:`FunctionLibrary` and the server takes functions
+    (Redis 7: the library is loaded at the first ``Function not found``, on the connection that got it).
 
     Every call is a state transition on a worker's hot path, so it skips ``Redis.execute_command``
     (retry wrapper, telemetry, a pool round per call): the command is packed by hiredis and written on
@@ -87,7 +90,8 @@ class LuaScript:
     """
 
     def __init__(self, client: redis.Redis, source: str, pins: PinnedConnections | None = None,
-                 wait: ReplicaWait | None = None) -> None:
+                 wait: ReplicaWait | None = None, library: FunctionLibrary | None = None,
+                 name: str = "") -> None:
         self.client = client
         self.script = source
         self.sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
@@ -96,28 +100,42 @@ class LuaScript:
         self._pins = pins
         self._wait = wait
         self._commands: tuple[tuple[Any, ...], ...] = (wait.command,) if wait else ()
-        self._cluster = ClusterScript(client, source, self.sha, wait) if is_cluster_client(client) else None
+        # A script that is also a function of `library` (``name``) runs by FCALL where the server can.
+        self._library = library if library is not None and name in library.text.functions else None
+        self._name = name
+        self._cluster = (ClusterScript(client, source, self.sha, wait, self._library, name)
+                         if is_cluster_client(client) else None)
+
+    def command(self, keys: Sequence[Any], args: Sequence[Any]) -> tuple[Any, ...]:
+        """The command that runs the script: its FCALL, or its EVALSHA."""
+        if self._library is None:
+            return ("EVALSHA", self.sha, len(keys), *keys, *args)
+        return self._library.command(self._name, self.sha, keys, args)
 
     def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
         if self._cluster is not None:
             return self._cluster(keys, args)
-        command = ("EVALSHA", self.sha, len(keys), *keys, *args)
         if self._pins is None:
-            return self._via_client(command)
+            return self._via_client(keys, args)
         conn = self._pins.acquire()
         try:
+            command = self.command(keys, args)
             try:
                 _send(conn, command, *self._commands)
             except (RedisConnectionError, RedisTimeoutError):
                 conn.disconnect()  # the command never reached the server whole: safe to send again
                 _send(conn, command, *self._commands)
-            try:
-                reply = self._read(conn)
-            except NoScriptError:
-                self.client.script_load(self.script)
+            for _ in range(3):
+                try:
+                    return self._read(conn)
+                except NoScriptError:
+                    self.client.script_load(self.script)
+                except ResponseError as exc:
+                    if command[0] != "FCALL" or not self._library.after_error(exc, on_connection(conn)):
+                        raise
+                command = self.command(keys, args)  # the script did not run: send it again
                 _send(conn, command, *self._commands)
-                reply = self._read(conn)
-            return reply
+            return self._read(conn)
         except ResponseError:
             raise  # an error reply: the connection is still in step
         except BaseException:
@@ -133,12 +151,20 @@ class LuaScript:
                 self._wait.check(conn.read_response())
         return reply
 
-    def _via_client(self, command: tuple[Any, ...]) -> Any:
-        try:
-            reply = self.client.execute_command(*command)
-        except NoScriptError:
-            self.client.script_load(self.script)
-            reply = self.client.execute_command(*command)
+    def _via_client(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        for attempt in range(4):
+            command = self.command(keys, args)
+            try:
+                reply = self.client.execute_command(*command)
+                break
+            except NoScriptError:
+                if attempt == 3:
+                    raise
+                self.client.script_load(self.script)
+            except ResponseError as exc:
+                if (attempt == 3 or command[0] != "FCALL"
+                        or not self._library.after_error(exc, self.client.execute_command)):
+                    raise
         if self._wait is not None:
             self._wait.check(self.client.execute_command(*self._wait.command))
         return reply

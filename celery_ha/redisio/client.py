@@ -16,7 +16,7 @@ import redis
 
 from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.masking import mask_url
-from celery_ha.base.settings import Settings
+from celery_ha.base.settings import Settings, check_redis_url
 from celery_ha.redisio.cluster import cluster_client, is_cluster_client, is_cluster_url
 from celery_ha.redisio.sentinel import is_sentinel_url, sentinel_client
 
@@ -48,6 +48,7 @@ def redis_client(url: str, *, sentinel_master: str | None = None, sentinel_passw
     if parts.scheme not in ("redis", "rediss", "unix"):
         raise ConfigurationError(f"unsupported Redis URL {mask_url(url)!r}: use redis://, rediss://, "
                                  "unix://, sentinel://, redis+cluster:// or rediss+cluster://")
+    check_redis_url(url)  # a database that is no number: redis-py would use database 0
     try:
         return redis.Redis.from_url(url, **options)
     except ValueError as exc:

@@ -7,7 +7,8 @@ owns the slot of the script's first key, and re-sends it only where the cluster 
 run: ``MOVED`` (the slot lives elsewhere now: follow it and patch the slot map), ``ASK`` (a slot being
 migrated: ``ASKING`` then the script, on the target), ``TRYAGAIN`` and ``CLUSTERDOWN`` (refused before
 running), ``NOSCRIPT`` (a node that never saw the script, such as a replica just promoted, or a node
-that took the slot in a resharding: ``SCRIPT LOAD`` there, then again), and a request that could not be
+that took the slot in a resharding: ``SCRIPT LOAD`` there, then again; for a script that is a function
+of a library, ``Function not found``: ``FUNCTION LOAD`` there), and a request that could not be
 *sent* (once, on a fresh connection). A reply lost after the send raises ``redis.ConnectionError`` /
 ``redis.TimeoutError`` and the slot map is read again, so the next call finds the new owner after a
 failover. A script with no key cannot be routed and is refused.
@@ -35,6 +36,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from celery_ha.redisio.functions import FunctionLibrary, on_connection
 from celery_ha.redisio.replicas import ReplicaWait
 
 #: redis-py internals used here (``nodes_manager.move_slot`` / ``initialize`` / ``get_node_from_slot``,
@@ -50,19 +52,25 @@ _REFUSED_WAIT = 0.05  # seconds between two tries after TRYAGAIN / CLUSTERDOWN
 class ClusterScript:
     """EVALSHA of one script on the master that owns its keys' slot (see the module docstring)."""
 
-    def __init__(self, client: RedisCluster, source: str, sha: str, wait: ReplicaWait | None = None) -> None:
+    def __init__(self, client: RedisCluster, source: str, sha: str, wait: ReplicaWait | None = None,
+                 library: FunctionLibrary | None = None, name: str = "") -> None:
         self.client = client
         self.source = source
         self.sha = sha
         self._wait = wait
+        self._library = library  # the script is also its function `name` (FCALL where a node can)
+        self._name = name
 
     def __call__(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         if not keys:
             raise ValueError("a script run on a Redis Cluster needs at least one key to route on")
-        command = ("EVALSHA", self.sha, len(keys), *keys, *args)
         slot = self.client.keyslot(keys[0])
         ask: tuple[str, int] | None = None
         for hop in range(MAX_HOPS):
+            if self._library is None:
+                command: tuple[Any, ...] = ("EVALSHA", self.sha, len(keys), *keys, *args)
+            else:
+                command = self._library.command(self._name, self.sha, keys, args)
             node = self._node(slot, ask)
             pool = self.client.get_redis_connection(node).connection_pool
             try:
@@ -85,8 +93,10 @@ class ClusterScript:
                 if hop >= 2:
                     self._refresh()
                 ask = None
-            except ResponseError:
-                raise  # the script's own error reply: the connection is still in step
+            except ResponseError as exc:
+                if command[0] != "FCALL" or not self._library.after_error(exc, on_connection(conn)):
+                    raise  # the script's own error reply: the connection is still in step
+                # not run: the library is on this node now (or EVALSHA from here on); send it again
             except (RedisConnectionError, RedisTimeoutError):
                 conn.disconnect()
                 self._refresh()  # a failover moves the slot: the next call finds its new owner
@@ -139,3 +149,4 @@ class ClusterScript:
         if error is not None:
             raise error
         return reply
+

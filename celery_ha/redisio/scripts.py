@@ -4,7 +4,8 @@ Scripts are ``.lua`` files kept beside the Python module that calls them. A line
 pulls in a shared snippet, looked up first in the script's own folder (a layer's prelude, such as
 the fencing check) and then in ``celery_ha/redisio/lua/`` (helpers every layer shares: the clock).
 The logic is written once and every script still executes as one atomic unit. Calls go through
-:class:`celery_ha.redisio.caller.LuaScript` (EVALSHA, loaded again on NOSCRIPT).
+:class:`celery_ha.redisio.caller.LuaScript` (EVALSHA, loaded again on NOSCRIPT; on Redis 7, FCALL of a
+function library where the set has one: :mod:`celery_ha.redisio.functions`).
 
 A script's text runs in full on every call, so each ``local function`` of its includes is a closure
 made again per call (and garbage for Lua's collector): a task-state script would define ~50 of them
@@ -24,19 +25,15 @@ from typing import Any
 import redis
 
 from celery_ha.redisio.caller import LuaScript, PinnedConnections, direct_capable
+from celery_ha.redisio.functions import FunctionLibrary, library_text
+from celery_ha.redisio.lua_source import INCLUDE, include_path
+from celery_ha.redisio.lua_source import SHARED_LUA as SHARED_LUA  # lock.py and the tests read it here
 from celery_ha.redisio.replicas import ReplicaWait
 
-SHARED_LUA = Path(__file__).parent / "lua"
-_INCLUDE = re.compile(r"^--#include\s+(\S+)\s*$", re.MULTILINE)
 _DEF = re.compile(r"local function (\w+)\(")
 _COMMENT = re.compile(r"--\[\[.*?\]\]|--[^\n]*", re.DOTALL)
 _WORD = re.compile(r"\w+")
 _OPENERS = ("function", "if", "do")  # the Lua keywords an `end` closes (`while` and `for` use `do`)
-
-
-def _include_path(folder: Path, name: str) -> Path:
-    own = folder / f"{name}.lua"
-    return own if own.exists() else SHARED_LUA / f"{name}.lua"
 
 
 @cache
@@ -50,9 +47,9 @@ def script_source(folder: str, name: str) -> str:
             if inc in seen:
                 return ""
             seen_now = seen | {inc}
-            return expand(_include_path(base, inc).read_text(encoding="utf-8"), seen_now)
+            return expand(include_path(base, inc).read_text(encoding="utf-8"), seen_now)
 
-        return _INCLUDE.sub(replace, text)
+        return INCLUDE.sub(replace, text)
 
     return prune_functions(expand((base / f"{name}.lua").read_text(encoding="utf-8"), frozenset({name})))
 
@@ -115,16 +112,35 @@ def prune_functions(text: str) -> str:
 
 
 class ScriptSet:
-    """The scripts of one folder, bound to one Redis client and looked up by attribute."""
+    """The scripts of one folder, bound to one Redis client and looked up by attribute.
+
+    With ``library_prelude``, the scripts whose first include is that prelude are also the functions of
+    one library (:mod:`celery_ha.redisio.functions`): on Redis 7 they run by FCALL, their prelude made
+    once per server rather than once per call; elsewhere by EVALSHA, as every other script.
+    """
 
     def __init__(self, client: redis.Redis, folder: Path, names: list[str] | None = None,
-                 wait: ReplicaWait | None = None) -> None:
+                 wait: ReplicaWait | None = None, library_prelude: str | None = None) -> None:
         folder = Path(folder)
         if names is None:
             names = sorted(p.stem for p in folder.glob("*.lua") if not p.stem.startswith("_"))
         pins = PinnedConnections(client.connection_pool) if direct_capable(client) else None
         self.wait = wait
-        self._scripts = {n: LuaScript(client, script_source(str(folder), n), pins, wait) for n in names}
+        text = library_text(str(folder), library_prelude, tuple(names)) if library_prelude else None
+        self.library = FunctionLibrary(text) if text is not None else None
+        self._client = client
+        self._scripts = {n: LuaScript(client, script_source(str(folder), n), pins, wait, self.library, n)
+                         for n in names}
+
+    def prepare(self) -> None:
+        """Load every script, and the library where the server takes functions, now: no first call
+        then pays a round trip for it (a benchmark's or a round-trip test's warm-up)."""
+        for script in self._scripts.values():
+            self._client.script_load(script.script)
+        if self.library is not None:
+            self.library.load(self._client.execute_command)
+            if self.library.usable is None:
+                self.library.usable = True
 
     def __getattr__(self, name: str) -> LuaScript:
         try:

@@ -65,10 +65,16 @@
 --#include _replies
 --#include same_slot
 
-local K_TASKS, K_READYP, K_DELAYED, K_INFLIGHT = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local K_RUNNING, K_DEAD, K_COMPLETED, K_DONE = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local K_CKPT, K_STATS, K_WAKE, K_HIST = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local PREFIX = ARGV[1]
+local K_TASKS, K_READYP, K_DELAYED, K_INFLIGHT
+local K_RUNNING, K_DEAD, K_COMPLETED, K_DONE
+local K_CKPT, K_STATS, K_WAKE, K_HIST
+local PREFIX
+--#per-call
+K_TASKS, K_READYP, K_DELAYED, K_INFLIGHT = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+K_RUNNING, K_DEAD, K_COMPLETED, K_DONE = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+K_CKPT, K_STATS, K_WAKE, K_HIST = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+PREFIX = ARGV[1]
+--#end-per-call
 --#include _base62
 --#include _records
 
@@ -112,7 +118,10 @@ end
 -- States that encode() must not take the unrolled way: decoded from a JSON head with a field the
 -- compact head does not know or a value it cannot hold, or from a compact head with positions past
 -- HEAD_FIELDS (a later release's).
-local head_odd = {}
+local head_odd
+--#per-call
+head_odd = {}
+--#end-per-call
 
 -- Fields 13 on of a compact head (`rest`: their values, HEAD_SEP-separated) into `st`.
 local function head_rest(st, rest)
@@ -290,7 +299,10 @@ end
 -- long runs of them): past it, it says nothing is ready and sets stale_cut, and the next call goes
 -- on where it stopped.
 local STALE_BUDGET = 1000
-local stale_left, stale_cut = STALE_BUDGET, false
+local stale_left, stale_cut
+--#per-call
+stale_left, stale_cut = STALE_BUDGET, false
+--#end-per-call
 local function pop_ready()
   while true do
     local top = redis.call('ZRANGE', K_READYP, '0', '0')
@@ -315,7 +327,10 @@ end
 -- The next task to hand out: the best queued task among the ready bands and the eligible hosts
 -- (the higher priority first; on a tie they take turns). Returns id, state, payload (a host queue's
 -- stale id may come with a state nil or not queued: the caller skips it), or nil when nothing may go.
-local tie_turn = false
+local tie_turn
+--#per-call
+tie_turn = false
+--#end-per-call
 local function pop_best(now, mode)
   local hp, head, head_band = host_top_priority()
   if hp then

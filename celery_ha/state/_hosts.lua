@@ -32,14 +32,20 @@
     host_flush, host_push, host_out, host_claimed, host_end, host_dead, hosts_due, host_pop.
 ]]
 
-local K_HCFG, K_HREADY, K_HWAIT = PREFIX .. 'hcfg', PREFIX .. 'hready', PREFIX .. 'hwait'
-local K_HOSTS = PREFIX .. 'hosts'
+local K_HCFG, K_HREADY, K_HWAIT, K_HOSTS
+--#per-call
+K_HCFG, K_HREADY, K_HWAIT = PREFIX .. 'hcfg', PREFIX .. 'hready', PREFIX .. 'hwait'
+K_HOSTS = PREFIX .. 'hosts'
+--#end-per-call
 local BAND, SLOT = 1e12, 9e15
 -- Whether hready may hold a host (nil = not known yet), and whether hready or hwait may (nil = not
 -- known yet: one EXISTS of both tells, once per script), so a namespace whose gate holds no host
 -- pays one command per script on the pop path, for hosts_due and the pop together. host_place sets
 -- both when it files a host.
 local hready_maybe, gate_maybe
+--#per-call
+hready_maybe, gate_maybe = nil, nil
+--#end-per-call
 
 local function gate_busy()
   if gate_maybe == nil then gate_maybe = redis.call('EXISTS', K_HREADY, K_HWAIT) > 0 end
@@ -58,6 +64,9 @@ local function hash_table(raw)
 end
 
 local host_defaults
+--#per-call
+host_defaults = nil
+--#end-per-call
 local function hcfg()
   if not host_defaults then host_defaults = hash_table(redis.call('HGETALL', K_HCFG)) end
   return host_defaults
@@ -332,6 +341,9 @@ end
 -- The host whose task host_pop handed out last in 'c' mode, with its state as read then (grant()
 -- counts the hand-out without reading it again).
 local popped_host, popped_state
+--#per-call
+popped_host, popped_state = nil, nil
+--#end-per-call
 
 -- Take the best queued task of the best eligible host (`first`, `first_band`: hready's first host
 -- and its band, when the caller just read them), or nil when no host is eligible. In 'd' mode the

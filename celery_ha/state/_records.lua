@@ -23,11 +23,16 @@
   Uses IDX of _base62 (included before it). Defines: rec_get(id) -> raw or false; rec_set(id, raw); rec_del(ids); rec_batch() / rec_settle()
   (a batch of writes counts its new records once, at the settle).
 ]]
-local K_GEOM = PREFIX .. 'tg'
 local REC_LOAD = 16 -- records per bucket before a split (benchmarks/RESULTS.md: 64 scanned longer listpacks)
+local K_GEOM
 local rec_level, rec_split, rec_mod -- the geometry, read at the first use (rec_mod = 2^level)
 local rec_old                       -- whether K_TASKS exists, read at the first need
-local rec_new, rec_batched = 0, false
+local rec_new, rec_batched
+--#per-call
+K_GEOM = PREFIX .. 'tg'
+rec_level, rec_split, rec_mod, rec_old = nil, nil, nil, nil
+rec_new, rec_batched = 0, false
+--#end-per-call
 
 local function rec_hash(id)
   if #id == 12 then

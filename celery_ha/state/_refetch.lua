@@ -14,7 +14,10 @@
   Defines: schedule_refetch, kept_records, requeue_finished.
 ]]
 
-local K_SCHED, K_REFETCH = PREFIX .. 'sched', PREFIX .. 'refetch'
+local K_SCHED, K_REFETCH
+--#per-call
+K_SCHED, K_REFETCH = PREFIX .. 'sched', PREFIX .. 'refetch'
+--#end-per-call
 
 -- 'every|min|max|adapt' -> every, min, max, adapt; nil for no schedule (absent, garbled, every 0)
 local function parse_schedule(v)

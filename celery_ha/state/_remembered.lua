@@ -36,7 +36,10 @@
 local DONE_EPOCH_MS = 1767225600000 -- 2026-01-01T00:00:00Z, hour 0
 local HOUR_MS = 3600000
 local DONE_BUCKETS = 62 * 62 * 31
-local K_DK = PREFIX .. 'dk'
+local K_DK
+--#per-call
+K_DK = PREFIX .. 'dk'
+--#end-per-call
 
 local function done_hour(ms)
   return math.floor((ms - DONE_EPOCH_MS) / HOUR_MS)
@@ -46,8 +49,14 @@ local function hour_ms(hour)
   return DONE_EPOCH_MS + tonumber(hour) * HOUR_MS
 end
 
-local sbyte, schar = string.byte, string.char
-local bucket_keys = {} -- bucket index -> key, for the ids of this call
+local sbyte, schar
+--#per-call
+sbyte, schar = string.byte, string.char -- a function library sees no globals when it loads
+--#end-per-call
+local bucket_keys -- bucket index -> key, for the ids of this call
+--#per-call
+bucket_keys = {}
+--#end-per-call
 local function done_slot(id)
   if #id == 12 then
     local b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12 = sbyte(id, 1, 12)

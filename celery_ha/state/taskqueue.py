@@ -125,7 +125,7 @@ class TaskQueue(EnqueueOps, QueueReads, OperatorOps, CompletionOps, ScheduleOps)
         # With min_replicas, every transition waits (bounded) until that many replicas hold it.
         self._scripts = ScriptSet(client, _HERE, wait=replica_wait(
             check_int("min_replicas", min_replicas, 0, 16),
-            check_seconds("replica_timeout", replica_timeout, high=60)))
+            check_seconds("replica_timeout", replica_timeout, high=60)), library_prelude="_common")
         self._key_lists = [[k.tasks, k.ready_bands, k.delayed, k.inflight, k.running, k.dead, k.completed,
                             k.done, k.checkpoints, k.stats, k.wake, k.hist] for k in self._shards]
         self._keys = self._key_lists[0]
@@ -148,7 +148,8 @@ class TaskQueue(EnqueueOps, QueueReads, OperatorOps, CompletionOps, ScheduleOps)
         # again when CARRY_TTL has passed since (monotonic time of the last read).
         self._carries = None
         self._ancestors = None  # every ancestor whose dedup ids meant something else, read with them
-        self._carries_at = 0.0
+        self._carries_at = float("-inf")
+        self._moved_to = None  # read with them: where a migration moved this namespace to
         self._registered = False  # in the registry of namespaces (at the first enqueue)
 
     @property

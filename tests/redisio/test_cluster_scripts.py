@@ -20,6 +20,7 @@ import redis
 
 from celery_ha.proxy import ProxyPool
 from celery_ha.redisio.client import redis_client
+from celery_ha.redisio.functions import library_text
 from celery_ha.redisio.lock import short_lock
 from celery_ha.redisio.scripts import SHARED_LUA, script_source
 from celery_ha.state import TaskQueue
@@ -36,7 +37,8 @@ _ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "a": "\a", "b": "\b", '"': '"', "\\
 
 
 def every_script() -> dict[str, str]:
-    """sha1 -> "folder/name" of every script a client can run (includes are part of their scripts)."""
+    """sha1 (or function name) -> "folder/name" of every script a client can run (includes are part of
+    their scripts)."""
     out = {}
     for folder in FOLDERS:
         for path in sorted(folder.glob("*.lua")):
@@ -45,6 +47,12 @@ def every_script() -> dict[str, str]:
                 out[hashlib.sha1(source.encode()).hexdigest()] = f"{folder.name}/{path.stem}"
     source = script_source(str(SHARED_LUA), "unlock")
     out[hashlib.sha1(source.encode()).hexdigest()] = "redisio/unlock"
+    # FCALL of the task layer's function library (Redis 7): its functions' names, the same labels
+    state = PACKAGE / "state"
+    names = tuple(sorted(p.stem for p in state.glob("*.lua") if not p.stem.startswith("_")))
+    library = library_text(str(state), "_common", names)
+    assert library is not None
+    out.update({function: f"state/{name}" for name, function in library.functions.items()})
     return out
 
 
@@ -75,7 +83,7 @@ class Call:
 
 class Monitor:
     """MONITOR on every master, in threads, until :meth:`stop`; then :meth:`calls` groups what each
-    script ran (a node runs a script's commands right after its EVAL/EVALSHA line, nothing between)."""
+    script ran (a node runs a script's commands right after its EVAL/EVALSHA/FCALL line, nothing between)."""
 
     def __init__(self, group: RedisClusterGroup) -> None:
         self.lines: list[list[str]] = [[] for _ in group.nodes]
@@ -126,8 +134,8 @@ class Monitor:
                     continue
                 current = None
                 command = args[0].upper()
-                if command in ("EVALSHA", "EVAL") and len(args) >= 3:
-                    sha = args[1] if command == "EVALSHA" else hashlib.sha1(args[1].encode()).hexdigest()
+                if command in ("EVALSHA", "EVAL", "FCALL") and len(args) >= 3:
+                    sha = args[1] if command != "EVAL" else hashlib.sha1(args[1].encode()).hexdigest()
                     nkeys = int(args[2])
                     current = Call(names.get(sha, f"unknown script {sha[:8]}"), args[3:3 + nkeys])
                     out.append(current)

@@ -168,8 +168,7 @@ def test_a_replay_costs_one_round_trip_per_batch(redis_url: str) -> None:
     _migrated(redis_url)
     q = TaskQueue(redis_client(redis_url, connection_class=CountingConnection), "c3", lease_ttl=30,
                   host_gate=True, shards=3)
-    for script in q._scripts._scripts.values():
-        q.client.script_load(script.script)
+    q._scripts.prepare()  # scripts and the function library loaded beforehand
     enqueue_if_absent(q, [("first0000001", "http://a.example/first")])  # the rules' check
     enqueue_if_absent(q, [("again0000001", "http://a.example/again")])  # connections made
     CountingConnection.writes = 0

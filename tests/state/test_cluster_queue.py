@@ -32,8 +32,7 @@ def counted(cluster_url: str, redis_cluster: RedisClusterGroup) -> TaskQueue:
     client = RedisCluster.from_url(f"redis://127.0.0.1:{redis_cluster.nodes[0].port}", decode_responses=True,
                                    connection_class=CountingConnection)
     queue = TaskQueue(client)
-    for script in queue._scripts._scripts.values():
-        client.script_load(script.script)
+    queue._scripts.prepare()  # scripts and the function library loaded beforehand
     # The once-per-queue read of the URL rules (state/url_rules.py), done here: not a batch's trip.
     check_rules_reading(queue.client, queue.namespace, queue.url_rules)
     queue._rules_checked, queue._carries, queue._carries_at = True, [], time.monotonic()

@@ -49,8 +49,7 @@ class CountingConnection(redis.Connection):
 def counted(redis_url: str) -> TaskQueue:
     """A queue whose round trips are counted (scripts are loaded beforehand)."""
     queue = TaskQueue(redis_client(redis_url, connection_class=CountingConnection))
-    for script in queue._scripts._scripts.values():
-        queue.client.script_load(script.script)
+    queue._scripts.prepare()  # scripts and the function library loaded beforehand
     # The once-per-queue read of the URL rules (state/url_rules.py), done here: not a batch's trip.
     check_rules_reading(queue.client, queue.namespace, queue.url_rules)
     queue._rules_checked, queue._carries, queue._carries_at = True, [], time.monotonic()

@@ -1,0 +1,150 @@
+"""The task layer's scripts as one Redis 7 function library (celery_ha/redisio/functions.py): FCALL on
+Redis 7 and EVALSHA elsewhere, loaded again when a server lost it, EVALSHA for a user who may not call
+or load functions, and every prelude local a call may change set again at the start of each call."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+
+from celery_ha.redisio.functions import PER_CALL, library_text
+from celery_ha.state import TaskQueue
+
+STATE_LUA = Path(__file__).resolve().parents[2] / "celery_ha" / "state"
+NAMES = tuple(sorted(p.stem for p in STATE_LUA.glob("*.lua") if not p.stem.startswith("_")))
+
+# Prelude locals a function changes that may keep their value from one call to the next: caches of a
+# pure function of their key (the last number formatted, field positions).
+PURE_CACHES = {"fmt_n", "fmt_s", "head_pos"}
+
+
+def _major(r: redis.Redis) -> int:
+    return int(str(r.info("server")["redis_version"]).split(".")[0])
+
+
+def _calls(r: redis.Redis, command: str) -> int:
+    return int(r.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def _lifecycle(q: TaskQueue) -> None:
+    q.enqueue_many(["https://example.com/a", "https://example.com/b"])
+    lease = q.claim_next("w")
+    assert lease is not None
+    q.complete(lease)
+    stats = q.stats()
+    assert (stats["completed"], stats["queued"]) == (1, 1)
+
+
+def _user_url(redis_url: str, user: str, password: str) -> str:
+    parts = urlsplit(redis_url)
+    return f"redis://{user}:{password}@{parts.hostname}:{parts.port}{parts.path}"
+
+
+def test_the_task_layer_runs_by_fcall_on_redis_7_and_by_evalsha_before(redis_url: str,
+                                                                        r: redis.Redis) -> None:
+    r.config_resetstat()
+    q = TaskQueue.from_url(redis_url)
+    _lifecycle(q)
+    library = q._scripts.library
+    assert library is not None
+    if _major(r) >= 7:
+        assert _calls(r, "fcall") >= 3 and library.usable is not False
+        assert r.execute_command("FUNCTION", "LIST", "LIBRARYNAME", library.text.name)
+    else:
+        assert _calls(r, "fcall") == 0 and library.usable is False
+        assert _calls(r, "evalsha") >= 3
+
+
+def test_a_library_the_server_lost_is_loaded_again_and_the_call_runs_once(redis_url: str,
+                                                                           r: redis.Redis) -> None:
+    if _major(r) < 7:
+        pytest.skip("function libraries need Redis 7 (this server is older)")
+    q = TaskQueue.from_url(redis_url)
+    q.enqueue_many(["https://example.com/a", "https://example.com/b"])
+    r.function_flush()  # an operator's FUNCTION FLUSH, or a restart without persistence
+    lease = q.claim_next("w")
+    assert lease is not None and q.stats()["running"] == 1 and q.stats()["queued"] == 1
+    r.function_flush()
+    q.complete(lease)
+    stats = q.stats()
+    assert (stats["completed"], stats["running"], stats["queued"]) == (1, 0, 1)
+
+
+@pytest.mark.parametrize("denied", ["-fcall", "-function"])
+def test_a_user_who_may_not_call_or_load_functions_runs_the_scripts_by_evalsha(
+        redis_url: str, r: redis.Redis, denied: str) -> None:
+    if _major(r) < 7:
+        pytest.skip("ACL rules on FCALL need Redis 7 (this server is older)")
+    r.function_flush()  # so that a user who may not load the library has to
+    r.acl_setuser("nofn", enabled=True, passwords=["+pw"], keys=["*"], channels=["*"],
+                  commands=["+@all", denied], reset_keys=True, reset_channels=True)
+    try:
+        q = TaskQueue.from_url(_user_url(redis_url, "nofn", "pw"))
+        _lifecycle(q)
+        assert q._scripts.library is not None and q._scripts.library.usable is False
+    finally:
+        r.acl_deluser("nofn")
+
+
+def test_namespaces_called_in_turn_keep_to_their_own_keys(redis_url: str, r: redis.Redis) -> None:
+    """A function library keeps its prelude between calls: a key named from one call's prefix, or a
+    cache of one namespace's layout (the gate, the record buckets), must not reach the next call."""
+    gated = TaskQueue.from_url(redis_url, namespace="fa", host_gate=True)
+    plain = TaskQueue.from_url(redis_url, namespace="fb")
+    for i in range(40):
+        gated.enqueue(f"https://g{i % 4}.example.com/{i}")
+        plain.enqueue(f"https://p.example.com/{i}")
+    for _ in range(40):
+        for q in (gated, plain):
+            lease = q.claim_next("w")
+            assert lease is not None
+            q.complete(lease)
+    for q in (gated, plain):
+        stats = q.stats()
+        assert (stats["completed"], stats["queued"], stats["running"]) == (40, 0, 0)
+    assert not [k for k in r.scan_iter("*hready*") if "fb" in k]
+    assert not [k for k in r.scan_iter("*h:g*") if "fb" in k]
+
+
+def _top_level_locals(text: str) -> dict[str, int]:
+    """Names a prelude declares with a top-level ``local`` (not ``local function``) -> offset."""
+    out = {}
+    for match in re.finditer(r"^local (?!function\b)([\w ,]+?)\s*(?:=|--|$)", text, re.MULTILINE):
+        for name in match.group(1).split(","):
+            out[name.strip()] = match.start()
+    return out
+
+
+def _assigned_after(text: str, name: str, offset: int) -> bool:
+    """Whether ``name`` (or a field of it) is a target of an assignment after ``offset``, outside a
+    ``local`` declaration of a function's own."""
+    code = re.sub(r"--\[\[.*?\]\]|--[^\n]*", "", text[offset:], flags=re.DOTALL)
+    for line in code.splitlines()[1:]:
+        stripped = line.strip()
+        if stripped.startswith("local ") or "=" not in stripped:
+            continue
+        targets = re.split(r"(?<![=~<>])=(?!=)", stripped, maxsplit=1)[0]
+        if len(targets) == len(stripped):
+            continue
+        for target in targets.split(","):
+            if re.fullmatch(rf"(?:if .* then |do |else )?{re.escape(name)}(?:\[.*\]|\.\w+)*", target.strip()):
+                return True
+    return False
+
+
+def test_every_prelude_local_a_call_may_change_is_set_again_per_call() -> None:
+    library = library_text(str(STATE_LUA), "_common", NAMES)
+    assert library is not None
+    prelude, _, _ = library.text.partition("local function begin_call(")
+    begin = library.text[library.text.index("local function begin_call("):]
+    begin = begin[:begin.index("\nredis.register_function(")]
+    changed = {name for name, at in _top_level_locals(prelude).items() if _assigned_after(prelude, name, at)}
+    assert changed  # the check sees assignments at all
+    reset = {name for name in _top_level_locals(prelude) if re.search(rf"\b{name}\b\s*(?:,[^=\n]*)?=", begin)}
+    missing = changed - PURE_CACHES - reset
+    assert not missing, f"changed by a call, never set again: {missing}"
+    assert not PER_CALL.search(prelude), "a per-call block left in the library's shared part"

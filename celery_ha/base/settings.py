@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from celery_ha.base.errors import ConfigurationError, InvalidInput
 from celery_ha.base.masking import mask_url
@@ -83,6 +84,30 @@ def _checked(check: Callable[[str], Any]) -> Callable[[str, str], Any]:
             raise ConfigurationError(f"{name}={text!r}: {exc}") from None
 
     return parse
+
+
+#: The schemes of a state-layer Redis URL (celery_ha/redisio/client.py reads each).
+REDIS_URL_SCHEMES = ("redis", "rediss", "unix", "sentinel", "redis+cluster", "rediss+cluster")
+
+
+def check_redis_url(text: str, name: str = "Redis URL") -> str:
+    """A Redis URL whose scheme celery-ha reads and whose database, if given, is a number: checked at
+    start-up rather than at the first connection (a worker would stop there with a traceback, and
+    redis-py quietly reads a database that is no number as database 0)."""
+    parts = urlsplit(text.strip())
+    if parts.scheme.lower() not in REDIS_URL_SCHEMES:
+        raise ConfigurationError(f"{name}={mask_url(text)!r}: use one of " + ", ".join(
+            f"{s}://" for s in REDIS_URL_SCHEMES))
+    if parts.scheme.lower() in ("redis", "rediss"):
+        database = parts.path.strip("/") or parse_qs(parts.query).get("db", ["0"])[0]
+        if not database.isdigit():
+            raise ConfigurationError(
+                f"{name}={mask_url(text)!r}: the database ({database!r}) must be a number")
+    return text
+
+
+def _redis_url(name: str, text: str) -> str:
+    return check_redis_url(text, name)
 
 
 def _domain_rates(name: str, text: str) -> dict[str, tuple[int, float]]:
@@ -159,7 +184,7 @@ def _flag(name: str, text: str) -> bool:
 
 
 _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
-    "redis_url": ("CELERY_HA_REDIS_URL", _text),
+    "redis_url": ("CELERY_HA_REDIS_URL", _redis_url),
     "embedded": ("CELERY_HA_EMBEDDED", _flag),
     "broker_url": ("CELERY_BROKER_URL", _text),
     "namespace": ("CELERY_HA_NAMESPACE", _checked(check_namespace)),
@@ -326,6 +351,12 @@ class Settings:
     @property
     def largest_batch(self) -> int:
         return max(self.batch.values(), default=1)
+
+    @property
+    def task_soft_time_limit(self) -> float:
+        """The durable tasks' soft time limit: 10 % of the hard one (at most 30 s) before it, at least
+        1 s, so a task can still save a checkpoint and hand back before it is killed."""
+        return max(1.0, self.task_time_limit - min(30.0, self.task_time_limit / 10))
 
 
     def __repr__(self) -> str:

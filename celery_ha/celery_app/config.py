@@ -130,8 +130,8 @@ def celery_settings(settings: Settings) -> CelerySettings:
         beat.update(_fan_out_entries(_beat_entries(settings, maintenance, f"@{pattern}")))
     routes = {"celery_ha.maintenance.*": {"queue": maintenance, "routing_key": maintenance}}
     extra = tuple(m.strip() for m in settings.extra_imports.split(",") if m.strip())
-    limit = settings.task_time_limit
-    limits = {"task_time_limit": limit, "task_soft_time_limit": max(1.0, limit - min(30.0, limit / 10))}
+    limits = {"task_time_limit": settings.task_time_limit,
+              "task_soft_time_limit": settings.task_soft_time_limit}
     return CelerySettings(required=required, defaults=defaults, queues=queues, routes=routes,
                           beat_schedule=beat, imports=(*SHIPPED_TASKS, *extra), crawl_queue=crawl,
                           transport_options=transport_options, time_limits=limits)

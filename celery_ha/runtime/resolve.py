@@ -30,4 +30,13 @@ def resolve_redis_url(settings: Settings | None = None, *, start: bool | None = 
         return embedded.ensure_running()
     if attach and (url := embedded.url) is not None:
         return url
+    if attach and _holds_data(embedded):  # after `celery-ha demo`, which stops the Redis it started
+        raise ConfigurationError(f"{NO_REDIS_URL}; the embedded Redis in {embedded.data_dir} is stopped "
+                                 f"and holds data: `celery-ha redis start` brings it back")
     raise ConfigurationError(NO_REDIS_URL)
+
+
+def _holds_data(embedded: EmbeddedRedis) -> bool:
+    """Whether a stopped embedded Redis left its append-only file or a snapshot behind."""
+    folder = embedded.data_dir
+    return (folder / "appendonlydir").is_dir() or any(folder.glob("*.aof")) or (folder / "dump.rdb").exists()

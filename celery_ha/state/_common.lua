@@ -496,12 +496,17 @@ end
 
 -- Grant a lease on a task that is queued, dispatched, or already popped from its band (popped=true).
 -- Returns the reply Python turns into a Lease: {id, token, expiry_ms, record, checkpoint|false}, or
--- the refusal code of the task's state when that state allows no claim.
+-- the refusal code of the task's state when that state allows no claim (R_WAITING also for a queued
+-- task whose host may not start one now, or a dispatched one whose host was blocked since).
 local function grant(id, st, payload, worker, ttl, now, popped)
   if popped then
     if st.s ~= 'q' then return refusal_in(st.s) end
     if st.h then host_out(st.h, now, 'c', host_popped(st.h)) end
   elseif st.s == 'q' then
+    -- A claim by id (a second message, a batch's next id queued again since) passes the host gate
+    -- as a pop would: while its host may not start a task (blocked, at its concurrency, paced), it
+    -- stays queued and the message is dropped.
+    if st.h and host_due(host_load(st.h), now) ~= 0 then return R_WAITING end
     unready(id, st)
     if st.h then host_out(st.h, now, 'c') end
   elseif st.s == 'd' then

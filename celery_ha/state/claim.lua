@@ -17,7 +17,8 @@
   Reply: {id, token, expiry_ms, record, checkpoint|false}, the lease; or a refusal when the task is
     not queued or dispatched (the message is then dropped): R_UNKNOWN, R_RUNNING, R_DELAYED,
     R_COMPLETED, R_DEAD; or R_WAITING for a dispatched task whose host (the host gate) was blocked
-    since: it is queued again at the front of its host's queue, uncounted
+    since: it is queued again at the front of its host's queue, uncounted; and for a queued task
+    whose host may not start a task now (blocked, at its concurrency, paced): it stays queued
 ]]
 --#include _common
 local st, payload = load(ARGV[2])

@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from celery_ha.base.errors import InvalidInput
+from celery_ha.base.errors import ConfigurationError, InvalidInput
 from celery_ha.base.tracing import capture
 from celery_ha.base.urls import UrlRules
 from celery_ha.base.validation import shown
@@ -47,8 +47,11 @@ from celery_ha.state.url_rules import check_rules_reading, set_rules
 
 #: Seconds a queue goes on with the carried ancestors it read before reading them again.
 CARRY_TTL = 60.0
-#: The meta fields of a namespace's migration lineage, read together (state/carried.py).
-LINEAGE = (CARRY_FIELD, ANCESTORS_FIELD)
+#: The meta field ``celery-ha migrate`` sets in the namespace it migrated from (state/migrate.py).
+MIGRATED_TO = "migrated_to"
+#: The meta fields of a namespace's migration lineage, read together (state/carried.py), and where
+#: it was migrated to, if it was.
+LINEAGE = (CARRY_FIELD, ANCESTORS_FIELD, MIGRATED_TO)
 
 
 class EnqueueOps:
@@ -70,6 +73,7 @@ class EnqueueOps:
     _carries: list[Carry] | None  # ancestors whose remembered ids the namespace carries (None: not read)
     _ancestors: list[Carry] | None  # ancestors whose dedup ids meant something else (meta 'ancestors')
     _carries_at: float  # when both were read (monotonic)
+    _moved_to: str | None  # the namespace a migration moved this one's tasks to (meta 'migrated_to')
     _registered: bool
     _key_mode: str | None
     _key_mode_at: float
@@ -135,23 +139,35 @@ class EnqueueOps:
         return carried_times(self.client, self.shard_keys(), self._carries, rows)[1]
 
     def _check_rules_once(self, rows: list[Row]) -> None:
-        """Before the first write of a dedup row: check the URL rules against the namespace's, and
-        read with them the ancestors whose remembered URLs it carries (state/carried.py); those
-        again once CARRY_TTL has passed (a migration that ended after this queue's first read, or a
-        dedup sweep that forgot every carried id, is seen within that time)."""
-        if self._rules_checked and time.monotonic() - self._carries_at <= CARRY_TTL:
+        """Before the first write: check the URL rules against the namespace's (for dedup rows), and
+        read with them the ancestors whose remembered URLs it carries (state/carried.py) and where a
+        migration moved the namespace to; those again once CARRY_TTL has passed (a migration that
+        ended after this queue's first read, or a dedup sweep that forgot every carried id, is seen
+        within that time). A namespace migrated away refuses every enqueue: it is paused for good,
+        and what went in would never run."""
+        if self._moved_to:
+            self._refuse_moved()
+        fresh = time.monotonic() - self._carries_at <= CARRY_TTL
+        if self._rules_checked and fresh:
             return  # the common case, decided before looking at the rows
-        if not any(row[2] == "1" for row in rows):
-            return
-        if not self._rules_checked:
+        if not self._rules_checked and any(row[2] == "1" for row in rows):
             self._keep_lineage(*check_rules_reading(self.client, self.namespace, self.url_rules, LINEAGE))
             self._rules_checked = True
-        else:
+        elif not fresh:
             self._keep_lineage(*self.client.hmget(self.keys.meta, LINEAGE))
+        if self._moved_to:
+            self._refuse_moved()
 
-    def _keep_lineage(self, carry: str | None, ancestors: str | None) -> None:
-        """Keep the lineage fields as read (meta ``carry`` and ``ancestors``), and when."""
+    def _refuse_moved(self) -> None:
+        raise ConfigurationError(
+            f"namespace {self.namespace!r} was migrated to {self._moved_to!r} (celery-ha migrate): "
+            f"enqueue there (CELERY_HA_NAMESPACE={self._moved_to} with its CELERY_HA_SHARDS); this one "
+            f"is paused for good and kept only until you purge it")
+
+    def _keep_lineage(self, carry: str | None, ancestors: str | None, moved_to: str | None = None) -> None:
+        """Keep the lineage fields as read (meta ``carry``, ``ancestors`` and ``migrated_to``), and when."""
         self._carries, self._ancestors = parse_carries(carry), parse_carries(ancestors)
+        self._moved_to = moved_to.decode() if isinstance(moved_to, bytes) else moved_to
         self._carries_at = time.monotonic()
 
     def ancestors(self, rows: list[Row]) -> list[Carry]:

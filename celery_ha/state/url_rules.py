@@ -2,11 +2,14 @@
 
 A dedup id is a digest of the canonical URL (``state/ids.py``), and the canonical form depends on the
 rules (``base/urls.py`` :class:`UrlRules`: fragments, stripped parameters). Two processes with
-different rules would give one page two ids and crawl it twice, silently. So a process that uses
-rules other than the defaults records them in the namespace's meta hash, and a process whose rules
-differ from the recorded ones (or from the defaults, when none are recorded) refuses its first dedup
-enqueue with a ConfigurationError naming both. One read per queue object; a write only on the first
-use of non-default rules (HSETNX: of two processes racing, one records and the other compares).
+different rules would give one page two ids and crawl it twice, silently. So the first process to
+enqueue into a new namespace with rules other than the defaults records them in the namespace's meta
+hash, and a process whose rules differ from the recorded ones (or from the defaults, when none are
+recorded) refuses its first dedup enqueue with a ConfigurationError naming both. A namespace that
+already holds tasks and no record keeps the defaults: a process with other rules is refused there,
+not recorded (its ids, and those of every later process, would no longer match the tasks already
+queued). One read per queue object; a write only on the first use of non-default rules (HSETNX: of
+two processes racing, one records and the other compares). ``TaskQueue.set_url_rules`` changes them.
 """
 
 from __future__ import annotations
@@ -46,14 +49,21 @@ def settings_rules() -> UrlRules:
 
 def check_rules_reading(client: redis.Redis, namespace: str, rules: UrlRules, fields: Sequence[str] = ()
                         ) -> list[str | None]:
-    """Record ``rules`` for ``namespace`` if it has none and they are not the defaults; raise
-    ConfigurationError when they differ from what the namespace uses. ``fields``: more fields of the
-    meta hash read in the same round trip (the enqueue's once-per-queue read of what else the
-    namespace records), whose values are returned in order."""
-    meta = QueueKeys(namespace).meta
-    if rules != DEFAULT_RULES:
-        client.hsetnx(meta, META_FIELD, rules.to_json())
-    raw, *extra = client.hmget(meta, [META_FIELD, *fields])
+    """Record ``rules`` for ``namespace`` if it has none, they are not the defaults and the namespace
+    holds no task yet; raise ConfigurationError when they differ from what the namespace uses (the
+    defaults, for a namespace with tasks and no record). ``fields``: more fields of the meta hash
+    read in the same round trip (the enqueue's once-per-queue read of what else the namespace
+    records), whose values are returned in order."""
+    keys = QueueKeys(namespace)
+    pipe = client.pipeline(transaction=False)
+    pipe.hmget(keys.meta, [META_FIELD, *fields])
+    pipe.exists(keys.stats)  # its counters exist from the namespace's first enqueue on
+    (raw, *extra), written = pipe.execute()
+    if raw is None and rules != DEFAULT_RULES and not written:
+        # A new namespace: this process's rules become its own (of two racing, the first wins).
+        recorded = rules.to_json()
+        won = client.hsetnx(keys.meta, META_FIELD, recorded)
+        raw = recorded if won else client.hget(keys.meta, META_FIELD)
     stored = (None if raw is None else UrlRules.from_json(raw)) or DEFAULT_RULES
     if stored != rules:
         raise ConfigurationError(

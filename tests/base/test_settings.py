@@ -27,6 +27,8 @@ def test_defaults_and_overrides() -> None:
     ({"CELERY_HA_PROXY_RATE": "fast"}, "CELERY_HA_PROXY_RATE"),
     ({"CELERY_HA_OBEY_ROBOTS": "maybe"}, "CELERY_HA_OBEY_ROBOTS"),
     ({"CELERY_HA_LEASE_TTL": "5", "CELERY_HA_HEARTBEAT_INTERVAL": "5"}, "CELERY_HA_HEARTBEAT_INTERVAL"),
+    ({"CELERY_HA_REDIS_URL": "http://x"}, "CELERY_HA_REDIS_URL='http://x': use one of redis://"),
+    ({"CELERY_HA_REDIS_URL": "redis://:pw@h:6379/abc"}, r"CELERY_HA_REDIS_URL=.*\*\*\*.*must be a number"),
 ])
 def test_bad_values_name_the_variable(env: dict[str, str], needle: str) -> None:
     with pytest.raises(ConfigurationError, match=needle):

@@ -62,3 +62,16 @@ def test_a_graceful_stop_hands_the_rest_of_the_batch_on(make_cluster, site) -> N
     assert not [(i.id, i.attempts, i.stalls) for i in infos if i.attempts or i.stalls]
     assert count_items(cluster.r, cluster.namespace) == 6
     assert "batch stopped before" in cluster.log_text(w1)
+
+
+def test_a_batch_message_has_the_time_limits_of_all_its_ids(make_cluster, site) -> None:
+    """Six pages of 1 s in one message, a time limit of 2 s a task: each page is well inside its
+    limit, so none may be charged an attempt or a stall for the batch's total length."""
+    cluster = make_cluster(**BATCH, CELERY_HA_TASK_TIME_LIMIT="2", CELERY_HA_WINDOW="6")
+    site.delays["/case/"] = 1.0
+    cluster.worker("w1", concurrency=1)
+    ids = cluster.q.enqueue_many([site.case_url(n) for n in range(6)])
+    cluster.pump()
+    wait_for(lambda: cluster.all_completed(ids), timeout=60, message="every page")
+    assert [(i.attempts, i.stalls) for i in cluster.q.get_many(ids)] == [(0, 0)] * 6
+    assert len(site.hits(prefix="/case/")) == 6  # each page fetched once

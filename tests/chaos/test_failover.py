@@ -134,6 +134,23 @@ def test_poison_pill_goes_dead_after_max_stalls(make_cluster, site):
     assert count_items(cluster.r, cluster.namespace) == 10
 
 
+def test_a_task_that_outlives_its_hard_time_limit_every_time_ends_dead(make_cluster, site):
+    """billiard's hard limit SIGTERMs the child (then SIGKILLs it): a task that swallows the soft
+    limit and outlives the hard one every run must count a stall each time and end dead after
+    max_stalls, not be handed back as a graceful stop, uncounted, for ever."""
+    cluster = make_cluster(CELERY_HA_TASK_TIME_LIMIT="2", CELERY_HA_MAX_STALLS="2",
+                           CELERY_HA_HEARTBEAT_INTERVAL="1")
+    cluster.worker("w1", concurrency=1)
+    stubborn = cluster.q.enqueue(f"{site.url}/slow/stubborn", task="test_stubborn")
+    good = cluster.q.enqueue(site.case_url(1))
+    cluster.pump()
+    wait_for(lambda: cluster.state(stubborn) == "dead", timeout=45, message="the stubborn task dead")
+    info = cluster.q.get(stubborn)
+    assert info.stalls == 3 and "hard time limit" in (info.error or "")
+    assert len(site.hits(path="/slow/stubborn")) == 3
+    wait_for(lambda: cluster.state(good) == "completed", timeout=20, message="the task behind it")
+
+
 def test_watchdog_sweeps_when_beat_is_down(make_cluster, site):
     """(e) Beat runs the sweep; after beat dies, the workers' watchdog reclaims expired leases."""
     cluster = make_cluster()

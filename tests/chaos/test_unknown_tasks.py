@@ -10,11 +10,13 @@ from tests.support.celery_helpers import wait_for
 pytestmark = pytest.mark.slow
 
 
-def test_unknown_task_names_end_dead_and_valid_tasks_behind_them_run(make_cluster, site):
+@pytest.mark.parametrize("batch", ["", "*=4"])
+def test_unknown_task_names_end_dead_and_valid_tasks_behind_them_run(make_cluster, site, batch):
     """4 tasks of a misspelt name at priority 10 fill a window of 4 in front of 5 valid tasks. Each
     receipt counts a failed attempt (freeing the slot), so the valid tasks run well before the 60 s
-    redispatch timeout, and the misspelt ones end dead after max_attempts, naming the known tasks."""
-    cluster = make_cluster(CELERY_HA_WINDOW="4", CELERY_HA_REDISPATCH_AFTER="60")
+    redispatch timeout, and the misspelt ones end dead after max_attempts, naming the known tasks.
+    With batches one message carries the four misspelt ids: each of them counts, not only the first."""
+    cluster = make_cluster(CELERY_HA_WINDOW="4", CELERY_HA_REDISPATCH_AFTER="60", CELERY_HA_BATCH=batch)
     cluster.worker("w1", concurrency=2)
     known = wait_for(lambda: known_task_names(cluster.r, cluster.namespace, max_age=30),
                      message="the worker to register its task names")

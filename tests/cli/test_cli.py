@@ -87,6 +87,9 @@ def test_unreachable_redis_is_one_masked_line() -> None:
 def test_malformed_redis_url_is_one_line() -> None:
     line = assert_one_line_error(run(["--redis-url", f"http://u:{SECRET}@host/0", "stats"]), code=1)
     assert "unsupported Redis URL" in line
+    # A database that is no number: redis-py would quietly use database 0.
+    line = assert_one_line_error(run(["--redis-url", f"redis://u:{SECRET}@127.0.0.1:1/abc", "stats"]), code=1)
+    assert "must be a number" in line and SECRET not in line
 
 
 def test_bad_environment_setting_is_one_line(redis_url: str) -> None:

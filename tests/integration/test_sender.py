@@ -282,11 +282,11 @@ def test_a_gated_completion_arms_the_host_timer_with_no_round_trip_of_its_own(re
         before = CountingConnection.by_thread[main]
         assert run_message(spec, task, ids[1]).kind == "completed"  # a.example: paced 30 s from now
         assert CountingConnection.by_thread[main] - before == 2  # the claim, the completion
-        timer = pump._host_timer.get()
+        timer = pump.host_timer(q.namespace)
         assert timer.timer is not None and 25 < timer.due - time.monotonic() <= 30
         assert snd.flush_sends(10)
     finally:
-        armed = pump._host_timer.get().timer
+        armed = pump.host_timer(q.namespace).timer
         if armed is not None:
             armed.cancel()
         lease_keeper.stop_keeper()

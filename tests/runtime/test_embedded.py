@@ -153,6 +153,9 @@ def test_cli_uses_embedded_redis_when_asked_or_running(data_dir: Path) -> None:
     stop = run(["redis", "stop"], env=env)
     assert stop.exit_code == 0 and "stopped" in stop.stdout
     assert "not running" in run(["redis", "stop"], env=env).stdout
+    stopped = run(["stats"], env=env)  # as after `celery-ha demo`: the data is there, the server not
+    assert stopped.exit_code != 0 and "`celery-ha redis start` brings it back" in stopped.output
+    assert len(stopped.output.strip().splitlines()) == 1
     started = run(["redis", "start"], env=env)
     assert started.exit_code == 0 and "running at redis://***@127.0.0.1:" in started.stdout
     assert EmbeddedRedis(data_dir).url.split("@")[0].split(":")[-1] not in started.output  # no password

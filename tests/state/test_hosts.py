@@ -177,6 +177,25 @@ def test_a_dispatched_task_of_a_host_blocked_since_gets_no_lease_and_queues_agai
     assert gq.claim(sent.task_id, "w") is not None
 
 
+def test_a_claim_by_id_of_a_queued_task_waits_for_its_host_like_a_pop(gq: TaskQueue, r: redis.Redis) -> None:
+    """A second message for a task the gate queued again (a batch's next id whose host was blocked
+    meanwhile, a re-send, a failover's) must not start it past the block, the concurrency or the pace."""
+    a, b = gq.enqueue_many(["http://a.example/1", "http://a.example/2"])
+    gq.hosts.block("a.example", 600, reason="429")
+    assert gq.claim(a, "w") is None  # the message is dropped; the task stays queued, uncounted
+    info = gq.get(a)
+    assert (info.state, info.attempts, info.stalls) == ("queued", 0, 0)
+    assert host_queue_ids(r, gq.keys, "a.example") == [a, b]
+    gq.hosts.unblock("a.example")
+    gq.hosts.set("a.example", concurrency=1)
+    held = gq.claim(a, "w")
+    assert held is not None
+    assert gq.claim(b, "w") is None and gq.get(b).state == "queued"  # its one slot is taken
+    gq.complete(held)
+    assert gq.claim(b, "w") is not None
+    check_invariants(r, gq)
+
+
 def test_a_short_block_ends_by_itself(gq: TaskQueue) -> None:
     gq.enqueue("http://a.example/1")
     gq.hosts.block("a.example", 0.2)

@@ -266,3 +266,15 @@ def test_a_record_neither_queue_pass_sees_is_taken_by_a_third(redis_url: str, r:
     assert report.unseen == 0 and report.tasks == {"queued": 5} and report.present == 0
     assert r.hget("cha:{found}:meta", "migrated_from") == "lost"
     assert not any(r.exists(k.prefix + "migmap") for k in TaskQueue(r, "found", shards=2).shard_keys())
+
+
+def test_a_namespace_migrated_away_refuses_new_tasks_naming_the_new_one(redis_url: str) -> None:
+    """A producer still pointed at the old namespace must be told, not fill a crawl paused for good."""
+    src = TaskQueue.from_url(redis_url, "old")
+    src.enqueue("http://a.example/1")
+    late = TaskQueue.from_url(redis_url, "old")  # a producer that read nothing yet
+    Migration(src.client, "old", "new", 2).run()
+    for q, dedup in ((late, True), (TaskQueue.from_url(redis_url, "old"), False)):
+        with pytest.raises(ConfigurationError, match="migrated to 'new'"):
+            q.enqueue("http://a.example/2", dedup=dedup)
+    assert TaskQueue.from_url(redis_url, "new", shards=2).stats()["queued"] == 1

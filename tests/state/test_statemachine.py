@@ -248,7 +248,8 @@ class HostQueueMachine(QueueMachine):
     @rule(pick=PICK, worker=st.sampled_from(["w1", "w2"]))
     def claim_by_id(self, pick: int, worker: str) -> None:
         """As above, but a dispatched task whose host is blocked now gets no lease: it goes back to
-        its host's queue (and the claim says so with None)."""
+        its host's queue (and the claim says so with None); and a queued task whose host may not
+        start a task now (blocked, at its concurrency, paced) gets none either: it stays queued."""
         if not self.ids:
             return
         tid = sorted(self.ids)[pick % len(self.ids)]
@@ -259,6 +260,8 @@ class HostQueueMachine(QueueMachine):
         state = before.state if before is not None else None
         if state == "dispatched" and blocked and lease is None:
             assert self.q.get(tid).state == "queued"
+        elif state == "queued" and before.host is not None and lease is None:
+            assert self.q.get(tid).state == "queued"  # its host was not due: the gate holds it
         else:
             assert (lease is not None) == (state in ("queued", "dispatched"))
         if lease is not None:

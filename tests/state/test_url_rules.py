@@ -58,3 +58,17 @@ def test_set_url_rules_records_the_change(redis_url: str, r: redis.Redis) -> Non
         stale.enqueue(PLAIN)
     q.set_url_rules(DEFAULT_RULES)
     assert r.hget(q.keys.meta, META_FIELD) is None and stale.enqueue(PLAIN) == a
+
+
+def test_a_namespace_with_tasks_keeps_the_defaults_against_a_process_with_other_rules(
+        redis_url: str, r: redis.Redis) -> None:
+    """One process run with other rules must not record them over a namespace whose tasks were
+    queued under the defaults: every process with the defaults (the workers, whose tasks queue
+    children) would then be refused, and its tasks end dead."""
+    TaskQueue.from_url(redis_url).enqueue(TRACKED)  # queued under the defaults (nothing recorded)
+    odd = TaskQueue.from_url(redis_url, url_rules=UrlRules(strip_params=()))
+    with pytest.raises(ConfigurationError, match="canonicalises URLs with"):
+        odd.enqueue(PLAIN)
+    assert r.hget(odd.keys.meta, META_FIELD) is None
+    assert TaskQueue.from_url(redis_url).enqueue(PLAIN)  # the defaults still go
+    check_invariants(r, odd)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 from celery_ha.integration import DurableContext, durable_task
 
@@ -26,6 +27,18 @@ def suicide(ctx: DurableContext) -> None:
     """A poison pill: kills its own pool process every time it runs."""
     ctx.fetch(ctx.url)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+@durable_task(name="test_stubborn")
+def stubborn(ctx: DurableContext) -> None:
+    """Fetch, then run past every time limit, swallowing what is raised in it (crawl code often
+    catches Exception, and with it the soft limit's SoftTimeLimitExceeded)."""
+    ctx.fetch(ctx.url)
+    while True:
+        try:
+            time.sleep(0.05)
+        except Exception:  # the point of this task
+            pass
 
 
 @durable_task(name="test_marker")

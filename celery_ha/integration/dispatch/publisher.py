@@ -24,6 +24,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from celery_ha.base.settings import Settings
+
 
 class HeldProducer:
     """A producer taken from an app's pool and kept across publishes; given back when idle, when the
@@ -66,10 +68,33 @@ class HeldProducer:
                 context.__exit__(None, None, None)
 
 
+def batch_time_limits(app: Any, task: str, n: int, settings: Settings | None) -> dict[str, float]:
+    """The time limits of a message that carries ``n`` ids of ``task``: the task's own (its Celery
+    attributes where this app has registered it, else the app's, else ``CELERY_HA_TASK_TIME_LIMIT``'s),
+    ``n`` times over, since a batch's ids run one after the other under the one message's limits.
+    Empty for a message of one id (Celery applies the task's own)."""
+    if n <= 1:
+        return {}
+    registered = app.tasks.get(task) if getattr(app, "finalized", False) else None
+    hard = (getattr(registered, "time_limit", None) or getattr(app.conf, "task_time_limit", None)
+            or (settings.task_time_limit if settings is not None else None))
+    soft = (getattr(registered, "soft_time_limit", None) or getattr(app.conf, "task_soft_time_limit", None)
+            or (settings.task_soft_time_limit if settings is not None else None))
+    limits = {}
+    if hard:
+        limits["time_limit"] = float(hard) * n
+    if soft:
+        limits["soft_time_limit"] = float(soft) * n
+    return limits
+
+
 def publish_ids(app: Any, task: str, ids: list[str], *, queue: str, priority: int, message_id: str,
-                producer: Any, declare: list[Any] | None = None) -> None:
+                producer: Any, declare: list[Any] | None = None,
+                limits: dict[str, float] | None = None) -> None:
     """Send one Celery message of ``task`` carrying ``ids`` (its only arguments) on ``queue``.
-    ``declare``: the bound queue from :meth:`HeldProducer.declare` (None: Celery declares it)."""
+    ``declare``: the bound queue from :meth:`HeldProducer.declare` (None: Celery declares it);
+    ``limits``: the message's own time limits (a batch's, :func:`batch_time_limits`)."""
     options: dict[str, Any] = {} if declare is None else {"declare": declare}
+    options.update(limits or {})
     app.send_task(task, args=ids, queue=queue, priority=priority, task_id=message_id, producer=producer,
                   argsrepr=repr(ids), kwargsrepr="{}", add_to_parent=False, **options)

@@ -7,7 +7,7 @@ Messages carry only the task id.
 
 Called after every task failure or hand-back, by the failover handler, by beat's sweep and by the
 worker watchdog. With the host gate on, a paced or blocked host becomes eligible at a time no event
-marks, so each process keeps one timer armed for the earliest such time (:func:`arm_host_timer`,
+marks, so each process keeps one timer per namespace armed for the earliest such time (:func:`arm_host_timer`,
 after every pump and every completion) that pumps then. A completion refills the window in its own
 script (``complete_dispatch.lua``, the same fill as ``dispatch.lua``) and only sends what that
 returned (``integration/dispatch/sender.py``). Safe to call from many processes at once: dispatch is atomic,
@@ -29,7 +29,7 @@ from celery_ha.integration.core.queues import broker_queue
 from celery_ha.integration.core.services import Services
 from celery_ha.integration.core.task_spec import logical_queue
 from celery_ha.integration.dispatch.broker import waiting_ids
-from celery_ha.integration.dispatch.publisher import HeldProducer, publish_ids
+from celery_ha.integration.dispatch.publisher import HeldProducer, batch_time_limits, publish_ids
 from celery_ha.state import Dispatched, TaskQueue
 from celery_ha.state.list_push import message_priority
 from celery_ha.state.pause import paused
@@ -52,32 +52,41 @@ class _WindowCache:
     an operator pauses the crawl."""
 
     def __init__(self) -> None:
-        self.key: tuple[str, int] | None = None
         self.alive = 0
         self.paused = False
         self.gated = False  # the namespace's host gate is on (read with the rest)
         self.until = 0.0
 
     def refresh(self, q: TaskQueue, settings: Settings) -> _WindowCache:
-        key = (q.namespace, id(q.client))
         now = time.monotonic()
-        if key != self.key or now >= self.until:
+        if now >= self.until:
             self.paused = paused(q.client, q.namespace) is not None
             self.gated = q.host_gate or q.hosts.enabled()
             self.alive = 0 if settings.window > 0 else alive_count(
                 q.client, q.namespace, max_age=max(settings.lease_ttl, 3 * settings.heartbeat_interval))
-            self.key, self.until = key, now + settings.heartbeat_interval
+            self.until = now + settings.heartbeat_interval
         return self
 
 
-_window = PerProcess(_WindowCache)
+# One cache per namespace (and client) a process serves: a worker of several namespaces
+# (CELERY_HA_NAMESPACES) alternates between them task by task.
+_windows: PerProcess[dict[tuple[str, int], _WindowCache]] = PerProcess(dict)
+
+
+def _window(q: TaskQueue) -> _WindowCache:
+    caches = _windows.get()
+    key = (q.namespace, id(q.client))
+    cache = caches.get(key)
+    if cache is None:
+        cache = caches.setdefault(key, _WindowCache())
+    return cache
 
 
 def effective_window(q: TaskQueue, settings: Settings) -> int:
     """0 while the namespace is paused; else ``CELERY_HA_WINDOW``, else 2 x the concurrency of the
     live workers (at least 2) x the largest ``CELERY_HA_BATCH``, so every pool process has a
     second message waiting behind the one it runs."""
-    current = _window.get().refresh(q, settings)
+    current = _window(q).refresh(q, settings)
     if current.paused:
         return 0
     if settings.window > 0:
@@ -116,7 +125,8 @@ def send(app: Any, namespace: str, batch: list[Dispatched], settings: Settings |
             for start in range(0, len(ids), size):
                 chunk = ids[start:start + size]
                 publish_ids(app, task, chunk, queue=queue, priority=priority, message_id=message_id(chunk[0]),
-                            producer=producer, declare=declare)
+                            producer=producer, declare=declare,
+                            limits=batch_time_limits(app, task, len(chunk), settings))
                 sent += len(chunk)
     return sent
 
@@ -187,7 +197,7 @@ def gate_on(rt: Services) -> bool:
     """Whether the namespace's host gate is on, as this process last read it (once per heartbeat
     interval, with the window): a completion then asks its script for the gate's first due time."""
     try:
-        return _window.get().refresh(rt.queue, rt.settings).gated
+        return _window(rt.queue).refresh(rt.queue, rt.settings).gated
     except Exception:  # a Redis error here must not fail a task that ran: the timer reads it later
         return False
 
@@ -213,7 +223,8 @@ SLOT = 9e15  # the host gate's "waits for an event" score (SLOT in state/_hosts.
 
 
 class _HostTimer:
-    """One timer per process, armed for the earliest time a waiting host becomes eligible."""
+    """One timer per namespace a process serves, armed for the earliest time one of its waiting
+    hosts becomes eligible."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -222,7 +233,7 @@ class _HostTimer:
 
     def arm(self, app: Any, rt: Services, wait: tuple[int, int | None] | None = None) -> None:
         q = rt.queue
-        if not _window.get().refresh(q, rt.settings).gated:
+        if not _window(q).refresh(q, rt.settings).gated:
             return
         if wait is not None:  # read by the completion's script (one shard): no round trip here
             now_ms, head = wait
@@ -255,15 +266,24 @@ class _HostTimer:
         pump_quietly(app, rt)  # arms the next one
 
 
-_host_timer = PerProcess(_HostTimer)
+_host_timers: PerProcess[dict[str, _HostTimer]] = PerProcess(dict)
+
+
+def host_timer(namespace: str) -> _HostTimer:
+    """This process's timer for ``namespace``'s gate."""
+    timers = _host_timers.get()
+    timer = timers.get(namespace)
+    if timer is None:
+        timer = timers.setdefault(namespace, _HostTimer())
+    return timer
 
 
 def arm_host_timer(app: Any, rt: Services, wait: tuple[int, int | None] | None = None) -> None:
-    """Arm this process's timer for the earliest waiting host of the gate (nothing when the gate is
-    off: a cached flag, no round trip). ``wait``: (now, the first waiting host's due time or None),
-    both ms of the Redis clock, as a completion's script read them; else one round trip reads them.
-    Never raises: the next pump or sweep arms it again."""
+    """Arm this process's timer of ``rt``'s namespace for the earliest waiting host of its gate
+    (nothing when the gate is off: a cached flag, no round trip). ``wait``: (now, the first waiting
+    host's due time or None), both ms of the Redis clock, as a completion's script read them; else
+    one round trip reads them. Never raises: the next pump or sweep arms it again."""
     try:
-        _host_timer.get().arm(app, rt, wait)
+        host_timer(rt.queue.namespace).arm(app, rt, wait)
     except Exception as exc:
         log.debug("host timer not armed: %s", exc)

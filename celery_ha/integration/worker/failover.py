@@ -34,13 +34,23 @@ def holder_is_dead_here(rt: Services, holder: str) -> bool:
     return node == rt.node and pid is not None and pid != os.getpid() and not pid_alive(pid)
 
 
-def release_dead_holder(rt: Services, task_id: str, count_stall: bool, reason: str) -> str | None:
-    """Release ``task_id`` if its lease is held by a dead process of this node; returns the state."""
+def holder_is_child_here(rt: Services, holder: str) -> bool:
+    """Whether ``holder`` (``node:pid``) is another process of this node, dead or alive."""
+    node, pid = split_worker(holder)
+    return node == rt.node and pid is not None and pid != os.getpid()
+
+
+def release_dead_holder(rt: Services, task_id: str, count_stall: bool, reason: str,
+                        dying: bool = False) -> str | None:
+    """Release ``task_id`` if its lease is held by a dead process of this node (``dying``: or by one
+    about to be killed, still alive); returns the state."""
     try:
         info = rt.queue.get(task_id)
     except Exception:
         return None
-    if info.state != "running" or not info.worker or not holder_is_dead_here(rt, info.worker):
+    if info.state != "running" or not info.worker:
+        return None
+    if not (holder_is_child_here(rt, info.worker) if dying else holder_is_dead_here(rt, info.worker)):
         return None
     state = rt.queue.release(task_id, token=info.token, worker=info.worker, count_stall=count_stall,
                              reason=reason)
@@ -56,21 +66,28 @@ def our_held_leases(rt: Services) -> dict[str, list[str]]:
 
 def on_child_lost(rt: Services, app: Any, celery_task: Any, exception: BaseException | None,
                   args: Any) -> None:
-    """``task_failure`` in the main process: release the lease of a child that died."""
+    """``task_failure`` in the main process: release the lease of a child that died, or that the
+    hard time limit is about to kill.
+
+    billiard reports a hard time limit here before it sends the child SIGTERM (then SIGKILL): the
+    child is still alive, and its SIGTERM would otherwise hand the task back as a graceful stop,
+    uncounted, so a task that outlives its limit every time would run for ever. Its lease is released
+    now, a stall counted (dead after max_stalls); the child's own hand-back then finds the lease
+    gone and writes nothing."""
     if not isinstance(exception, (WorkerLostError, TimeLimitExceeded)) or not is_durable(celery_task):
         return
     if not args:
         return
     ids = [str(a) for a in args]  # one id, or the ids of a batch (CELERY_HA_BATCH)
+    timed_out = isinstance(exception, TimeLimitExceeded)
+    reason = ("hard time limit exceeded" if timed_out else f"pool child died: {type(exception).__name__}")
     try:
         released = False
         for durable_id in ids:
-            state = release_dead_holder(rt, durable_id, count_stall=True,
-                                        reason=f"pool child died: {type(exception).__name__}")
+            state = release_dead_holder(rt, durable_id, count_stall=True, reason=reason, dying=timed_out)
             if state is not None:
                 released = True
-                log.warning("fast failover: task %s released (%s) after its pool child died",
-                            durable_id, state)
+                log.warning("fast failover: task %s released (%s): %s", durable_id, state, reason)
         resent = resend_waiting(app, rt, ids)  # died before reaching them: none is stranded
         if resent:
             log.warning("fast failover: %d unclaimed task(s) of the dead child sent again", resent)

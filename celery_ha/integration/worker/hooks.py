@@ -45,7 +45,7 @@ from celery_ha.integration.worker.discovery import NamespaceDiscovery, namespace
 from celery_ha.integration.worker.failover import on_child_lost
 from celery_ha.integration.worker.shutdown import GracefulShutdown
 from celery_ha.integration.worker.startup_report import StartupReport
-from celery_ha.integration.worker.unknown_tasks import on_unknown_task
+from celery_ha.integration.worker.unknown_tasks import argument_ids, on_unknown_task
 from celery_ha.redisio.memory_policy import eviction_policy, eviction_warning
 from celery_ha.state.worker_registry import unregister
 
@@ -184,7 +184,7 @@ class WorkerHooks:
     def task_unknown(self, name: str = "", id: str = "", message: Any = None, **_: Any) -> None:
         info = getattr(message, "delivery_info", None) or {}
         namespace = namespace_of_queue(info.get("routing_key")) if isinstance(info, dict) else None
-        on_unknown_task(services(namespace), self.app, name, id)
+        on_unknown_task(services(namespace), self.app, name, id, argument_ids(message))
 
     def worker_shutting_down(self, **_: Any) -> None:
         self.shutdown.begin(served())

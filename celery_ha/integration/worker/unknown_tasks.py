@@ -1,11 +1,11 @@
 """A message for a task name this worker does not know: count it as a failed attempt, never loop.
 
-Celery drops such a message ("Received unregistered task"), so without this the durable task would
-stay dispatched, be sent again every ``CELERY_HA_REDISPATCH_AFTER`` seconds for ever, and hold a
-window slot the whole time, starving valid tasks behind it. Here the worker's main process claims
-the task and fails it with the reason: the slot is free at once, a retry waits its backoff (another
-worker of a rolling upgrade may know the name), and after ``max_attempts`` the task is dead, with the
-name and the names this worker does know in its error.
+Celery drops such a message ("Received unregistered task"), so without this the durable task (every
+id of a batch message) would stay dispatched, be sent again every ``CELERY_HA_REDISPATCH_AFTER``
+seconds for ever, and hold a window slot the whole time, starving valid tasks behind it. Here the
+worker's main process claims each task and fails it with the reason: the slot is free at once, a
+retry waits its backoff (another worker of a rolling upgrade may know the name), and after
+``max_attempts`` the task is dead, with the name and the names this worker does know in its error.
 """
 
 from __future__ import annotations
@@ -15,20 +15,43 @@ from typing import Any
 
 import redis
 
+from celery_ha.base.settings import MAX_BATCH_IDS
 from celery_ha.integration.core.services import Services
 from celery_ha.integration.core.task_spec import REGISTRY
 from celery_ha.integration.dispatch.pump import pump_quietly
 
 log = logging.getLogger(__name__)
 
-
-def on_unknown_task(rt: Services, app: Any, name: str, message_id: str) -> str | None:
-    """Fail the durable task a message for the unknown task ``name`` carried; returns 'retry',
-    'dead', or None when the message was none of ours (or the task is not waiting for a claim)."""
-    durable_id = str(message_id).split(".", 1)[0]
+def argument_ids(message: Any) -> list[str]:
+    """The string arguments of a Celery message: a durable task's id, or a batch's ids; [] when the
+    message has none or its body cannot be read."""
     try:
+        payload = message.payload  # protocol 2: (args, kwargs, embed); protocol 1: a dict
+        args = payload.get("args", ()) if isinstance(payload, dict) else payload[0]
+        return [a for a in args if isinstance(a, str)][:MAX_BATCH_IDS]  # no more than a batch carries
+    except Exception:  # a body this worker cannot decode: the Celery task id is all there is
+        return []
+
+
+def on_unknown_task(rt: Services, app: Any, name: str, message_id: str,
+                    carried: list[str] | None = None) -> list[str]:
+    """Fail the durable tasks a message for the unknown task ``name`` carried (``carried``: the ids
+    of its arguments, several for a batch; else the id in its Celery task id); returns each one's
+    result ('retry' or 'dead'), leaving out ids that are none of ours or not waiting for a claim."""
+    ids = carried or [str(message_id).split(".", 1)[0]]
+    results = [result for task_id in ids if (result := _fail_one(rt, name, task_id)) is not None]
+    if results:
+        pump_quietly(app, rt)
+    return results
+
+
+def _fail_one(rt: Services, name: str, durable_id: str) -> str | None:
+    try:
+        info = rt.queue.get(durable_id)
+        if info is None or info.task != name:  # another task's id, or a string argument of a foreign task
+            return None
         lease = rt.queue.claim(durable_id, rt.worker_name)
-        if lease is None or lease.task.task != name:
+        if lease is None:
             return None
         known = ", ".join(sorted(REGISTRY)) or "none"
         result = rt.queue.fail(lease, f"unknown task name {name!r}: this worker runs {known}", retry=True)
@@ -37,5 +60,4 @@ def on_unknown_task(rt: Services, app: Any, name: str, message_id: str) -> str |
                     durable_id, name, exc)
         return None
     log.warning("task %s names the unknown task %r: attempt counted (%s)", durable_id, name, result)
-    pump_quietly(app, rt)
     return result

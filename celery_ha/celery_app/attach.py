@@ -33,6 +33,7 @@ from celery_ha.integration.core.task_spec import REGISTRY
 from celery_ha.integration.dispatch.broker import kombu_broker
 from celery_ha.integration.patches import kombu_client_reuse, kombu_fixes, kombu_lean_acks
 from celery_ha.integration.worker.hooks import WorkerHooks
+from celery_ha.integration.worker.start_checks import missing_modules
 from celery_ha.runtime.resolve import resolve_redis_url
 
 #: The attribute an attached app carries (its :class:`Attachment`).
@@ -50,6 +51,11 @@ def under_celery_cli() -> bool:
     """True in a process the ``celery`` command started (worker, beat, flower, inspect, ...)."""
     return os.path.basename(sys.argv[0] if sys.argv else "") in ("celery", "celery.exe") or \
         "celery.__main__" in sys.modules
+
+
+def runs_tasks() -> bool:
+    """True in a ``celery worker`` or ``celery beat`` process (which import the task modules)."""
+    return under_celery_cli() and any(arg in ("worker", "beat") for arg in sys.argv[1:])
 
 
 def refuse(message: str) -> None:
@@ -73,6 +79,10 @@ class Attachment:
         promises run when the configuration is first read (after ``config_from_object``, whenever it
         was called) and whose errors, unlike a signal receiver's, reach the caller."""
         try:
+            if runs_tasks() and (missing := missing_modules(self.settings.extra_imports)):
+                # Celery imports them before any signal: it would stop with a traceback
+                raise ConfigurationError(f"CELERY_HA_EXTRA_IMPORTS: no module named "
+                                         f"{', '.join(map(repr, missing))}")
             return _apply(self.app.conf, self.settings, self.standalone)
         except ConfigurationError as exc:
             if under_celery_cli():

@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+from kombu.transport import TRANSPORT_ALIASES
 from kombu.transport.redis import PRIORITY_STEPS, Channel
 
 from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.masking import mask_url
 from celery_ha.base.per_process import PerProcess
-from celery_ha.base.settings import Settings
+from celery_ha.base.settings import Settings, check_redis_url
 from celery_ha.redisio.client import is_redis_url, redis_client
 from celery_ha.redisio.cluster import is_cluster_url
 from celery_ha.redisio.sentinel import broker_sentinel_url, is_sentinel_url, parse_sentinel_url
@@ -83,8 +84,14 @@ def kombu_broker(url: str, settings: Settings) -> KombuBroker:
         raise ConfigurationError(f"CELERY_BROKER_URL={mask_url(url)!r}: Celery's Redis transport has no "
                                  "Redis Cluster support; give the broker a plain Redis, Sentinel or RabbitMQ "
                                  "(CELERY_BROKER_URL must be set when CELERY_HA_REDIS_URL is a cluster)")
+    scheme = url.strip().split(";", 1)[0].partition("://")[0].partition("+")[0]
+    if not scheme or scheme.lower() not in {a.lower() for a in TRANSPORT_ALIASES}:
+        raise ConfigurationError(f"CELERY_BROKER_URL={mask_url(url)!r}: kombu has no transport "
+                                 f"{scheme!r} (redis://, rediss://, sentinel://, amqp://, …)")
     if not is_redis_url(url):
         return KombuBroker(url)
+    if not is_sentinel_url(url):
+        check_redis_url(url, "CELERY_BROKER_URL")  # kombu would stop a worker with a traceback
     bounds = timeout_options(settings)
     if not is_sentinel_url(url):
         return KombuBroker(url, dict(bounds))

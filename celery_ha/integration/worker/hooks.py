@@ -44,6 +44,7 @@ from celery_ha.integration.running.lease_keeper import keeper, stop_keeper
 from celery_ha.integration.worker.discovery import NamespaceDiscovery, namespace_ready
 from celery_ha.integration.worker.failover import on_child_lost
 from celery_ha.integration.worker.shutdown import GracefulShutdown
+from celery_ha.integration.worker.start_checks import queue_warnings, start_refusal
 from celery_ha.integration.worker.startup_report import StartupReport
 from celery_ha.integration.worker.unknown_tasks import argument_ids, on_unknown_task
 from celery_ha.redisio.memory_policy import eviction_policy, eviction_warning
@@ -118,8 +119,12 @@ class WorkerHooks:
             signal.connect(self._scoped(hook), weak=False)
         return self
 
-    def celeryd_init(self, sender: str | None = None, **_: Any) -> None:
+    def celeryd_init(self, sender: str | None = None, options: dict[str, Any] | None = None,
+                     **_: Any) -> None:
         self.start_check()
+        self._refuse_bad_start()
+        for warning in queue_warnings(served(), options):
+            log.warning("celery-ha: %s", warning)
         if sender:
             set_node(sender)
         quiet_reject_tracebacks()  # before the fork: every pool child inherits it
@@ -137,9 +142,16 @@ class WorkerHooks:
 
     def beat_init(self, **_: Any) -> None:
         self.start_check()
+        self._refuse_bad_start()
         warning = self._eviction_warning()
         if warning:
             log.warning(warning)
+
+    def _refuse_bad_start(self) -> None:
+        refusal = start_refusal(served())
+        if refusal:  # SystemExit passes through Celery's signal dispatch
+            print(f"celery-ha: refusing to start: {refusal}", file=sys.stderr)
+            raise SystemExit(2)
 
     def _eviction_warning(self) -> str | None:
         try:

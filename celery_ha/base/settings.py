@@ -10,14 +10,16 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
-from celery_ha.base.errors import ConfigurationError, InvalidInput
+from celery_ha.base import setting_parsers as parse
+from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.masking import mask_url
 from celery_ha.base.namespace_lists import matches_namespace_pattern as _matches
 from celery_ha.base.namespace_lists import namespace_names, namespace_patterns, parse_namespaces
-from celery_ha.base.urls import UrlRules, check_param_patterns
-from celery_ha.base.validation import check_namespace, check_task_name, parse_duration, parse_rate
+from celery_ha.base.setting_parsers import MAX_BATCH_IDS as MAX_BATCH_IDS
+from celery_ha.base.setting_parsers import check_redis_url as check_redis_url
+from celery_ha.base.urls import UrlRules
+from celery_ha.base.validation import check_namespace, check_task_name, parse_rate
 
 
 def _django_settings() -> Any:
@@ -61,177 +63,55 @@ def raw_setting(name: str, env: Mapping[str, str] | None = None, django: bool | 
     return value
 
 
-def _number(kind: Callable[[str], Any], minimum: float, maximum: float) -> Callable[[str, str], Any]:
-    def parse(name: str, text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise ConfigurationError(f"{name}={text!r} is not a {kind.__name__}") from None
-        if not (minimum <= value <= maximum):
-            raise ConfigurationError(f"{name}={text!r} must be between {minimum} and {maximum}")
-        return value
-
-    return parse
-
-
-def _checked(check: Callable[[str], Any]) -> Callable[[str, str], Any]:
-    """A knob parser from an input check of ``celery_ha.base.validation`` (the rule lives there)."""
-
-    def parse(name: str, text: str) -> Any:
-        try:
-            return check(text)
-        except InvalidInput as exc:
-            raise ConfigurationError(f"{name}={text!r}: {exc}") from None
-
-    return parse
-
-
-#: The schemes of a state-layer Redis URL (celery_ha/redisio/client.py reads each).
-REDIS_URL_SCHEMES = ("redis", "rediss", "unix", "sentinel", "redis+cluster", "rediss+cluster")
-
-
-def check_redis_url(text: str, name: str = "Redis URL") -> str:
-    """A Redis URL whose scheme celery-ha reads and whose database, if given, is a number: checked at
-    start-up rather than at the first connection (a worker would stop there with a traceback, and
-    redis-py quietly reads a database that is no number as database 0)."""
-    parts = urlsplit(text.strip())
-    if parts.scheme.lower() not in REDIS_URL_SCHEMES:
-        raise ConfigurationError(f"{name}={mask_url(text)!r}: use one of " + ", ".join(
-            f"{s}://" for s in REDIS_URL_SCHEMES))
-    if parts.scheme.lower() in ("redis", "rediss"):
-        database = parts.path.strip("/") or parse_qs(parts.query).get("db", ["0"])[0]
-        if not database.isdigit():
-            raise ConfigurationError(
-                f"{name}={mask_url(text)!r}: the database ({database!r}) must be a number")
-    return text
-
-
-def _redis_url(name: str, text: str) -> str:
-    return check_redis_url(text, name)
-
-
-def _domain_rates(name: str, text: str) -> dict[str, tuple[int, float]]:
-    """``"example.com=2/10, shop.example=10/60"`` -> {domain: (requests, seconds)}; domains are
-    normalized by the proxy pool, which owns the domain rule."""
-    rates: dict[str, tuple[int, float]] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        domain, sep, rate = part.partition("=")
-        if not sep or not domain.strip():
-            raise ConfigurationError(f"{name} entry {part!r} must be DOMAIN=N/SECONDS")
-        rates[domain.strip()] = _checked(parse_rate)(name, rate.strip())
-    return rates
-
-
-MAX_BATCH_IDS = 1000
-
-
-def _batch(name: str, text: str) -> dict[str, int]:
-    """``"20"`` (every durable task) or ``"bench_noop=50, fetch_page=5"`` (per task name; ``*=N`` sets
-    the default) -> {task name or "*": ids per Celery message}."""
-    sizes: dict[str, int] = {}
-    parse = _number(int, 1, MAX_BATCH_IDS)
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        task, sep, size = part.rpartition("=")
-        task = task.strip() if sep else "*"
-        if task != "*":
-            _checked(check_task_name)(name, task)
-        sizes[task] = parse(name, size.strip())
-    return sizes
-
-
-def _optional_rate(name: str, text: str) -> tuple[int, float] | None:
-    """``"2/1"`` -> (2, 1.0); ``""``, ``none`` or ``off`` -> None (no rate)."""
-    if text.strip().lower() in ("", "none", "off"):
-        return None
-    return _checked(parse_rate)(name, text)
-
-
-def _expiry(name: str, text: str) -> float | None:
-    """A duration (``"7d"``, ``"3600"``), or ``never`` (also ``forever``, ``off``) -> None."""
-    if text.strip().lower() in ("never", "forever", "off"):
-        return None
-    return _checked(parse_duration)(name, text)
-
-
-def _strip_params(name: str, text: str) -> tuple[str, ...]:
-    """``"utm_*, gclid, ref"`` -> the query parameters canonical URLs drop; ``none`` -> none."""
-    if text.strip().lower() in ("none", "off"):
-        return ()
-    return _checked(check_param_patterns)(name, text)
-
-
-def _text(name: str, text: str) -> str:
-    return text
-
-
-def _basic_auth(name: str, text: str) -> str:
-    """``user:password`` (or several, comma-separated), as Flower's ``--basic-auth`` takes them."""
-    for part in text.split(","):
-        user, sep, password = part.partition(":")
-        if not (sep and user.strip() and password):
-            raise ConfigurationError(f"{name} must be USER:PASSWORD (several: comma-separated); "
-                                     "got an entry without a user or a password")
-    return text
-
-
-def _flag(name: str, text: str) -> bool:
-    lowered = text.lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ConfigurationError(f"{name}={text!r} must be one of 1/0, true/false, yes/no, on/off")
-
-
 _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
-    "redis_url": ("CELERY_HA_REDIS_URL", _redis_url),
-    "embedded": ("CELERY_HA_EMBEDDED", _flag),
-    "broker_url": ("CELERY_BROKER_URL", _text),
-    "namespace": ("CELERY_HA_NAMESPACE", _checked(check_namespace)),
+    "redis_url": ("CELERY_HA_REDIS_URL", parse.redis_url),
+    "embedded": ("CELERY_HA_EMBEDDED", parse.flag),
+    "broker_url": ("CELERY_BROKER_URL", parse.text),
+    "namespace": ("CELERY_HA_NAMESPACE", parse.checked(check_namespace)),
     "namespaces": ("CELERY_HA_NAMESPACES", parse_namespaces),
-    "discovery_interval": ("CELERY_HA_DISCOVERY_INTERVAL", _number(float, 0.1, 3600)),
-    "lease_ttl": ("CELERY_HA_LEASE_TTL", _number(float, 1, 86400)),
-    "heartbeat_interval": ("CELERY_HA_HEARTBEAT_INTERVAL", _number(float, 0.05, 3600)),
-    "reclaim_interval": ("CELERY_HA_RECLAIM_INTERVAL", _number(float, 0.1, 3600)),
-    "max_attempts": ("CELERY_HA_MAX_ATTEMPTS", _number(int, 1, 1000)),
-    "max_stalls": ("CELERY_HA_MAX_STALLS", _number(int, 0, 1000)),
-    "window": ("CELERY_HA_WINDOW", _number(int, 0, 1_000_000)),
-    "checkpoint_every": ("CELERY_HA_CHECKPOINT_EVERY", _number(int, 1, 1_000_000)),
-    "task_time_limit": ("CELERY_HA_TASK_TIME_LIMIT", _number(float, 1, 7 * 86400)),
-    "visibility_timeout": ("CELERY_HA_VISIBILITY_TIMEOUT", _number(float, 1, 30 * 86400)),
-    "proxy_rate": ("CELERY_HA_PROXY_RATE", _checked(parse_rate)),
-    "proxy_domain_rates": ("CELERY_HA_PROXY_DOMAIN_RATES", _domain_rates),
-    "proxy_check_url": ("CELERY_HA_PROXY_CHECK_URL", _text),
-    "data_dir": ("CELERY_HA_DATA_DIR", _text),
-    "redispatch_after": ("CELERY_HA_REDISPATCH_AFTER", _number(float, 1, 86400)),
-    "soft_shutdown_timeout": ("CELERY_HA_SOFT_SHUTDOWN_TIMEOUT", _number(float, 0, 86400)),
-    "extra_imports": ("CELERY_HA_EXTRA_IMPORTS", _text),
-    "default_task": ("CELERY_HA_DEFAULT_TASK", _checked(check_task_name)),
-    "redis_server": ("CELERY_HA_REDIS_SERVER", _text),
-    "sentinel_master": ("CELERY_HA_SENTINEL_MASTER", _text),
-    "sentinel_password": ("CELERY_HA_SENTINEL_PASSWORD", _text),
-    "min_replicas": ("CELERY_HA_MIN_REPLICAS", _number(int, 0, 16)),
-    "replica_timeout": ("CELERY_HA_REPLICA_TIMEOUT", _number(float, 0.001, 60)),
-    "allow_eviction": ("CELERY_HA_ALLOW_EVICTION", _flag),
-    "debug": ("CELERY_HA_DEBUG", _flag),
-    "obey_robots": ("CELERY_HA_OBEY_ROBOTS", _flag),
-    "direct_when_empty": ("CELERY_HA_DIRECT_WHEN_EMPTY", _flag),
-    "flower_auth": ("CELERY_HA_FLOWER_AUTH", _basic_auth),
-    "batch": ("CELERY_HA_BATCH", _batch),
-    "script_push": ("CELERY_HA_SCRIPT_PUSH", _flag),
-    "web_auth": ("CELERY_HA_WEB_AUTH", _text),
+    "discovery_interval": ("CELERY_HA_DISCOVERY_INTERVAL", parse.number(float, 0.1, 3600)),
+    "lease_ttl": ("CELERY_HA_LEASE_TTL", parse.number(float, 1, 86400)),
+    "heartbeat_interval": ("CELERY_HA_HEARTBEAT_INTERVAL", parse.number(float, 0.05, 3600)),
+    "reclaim_interval": ("CELERY_HA_RECLAIM_INTERVAL", parse.number(float, 0.1, 3600)),
+    "max_attempts": ("CELERY_HA_MAX_ATTEMPTS", parse.number(int, 1, 1000)),
+    "max_stalls": ("CELERY_HA_MAX_STALLS", parse.number(int, 0, 1000)),
+    "window": ("CELERY_HA_WINDOW", parse.number(int, 0, 1_000_000)),
+    "checkpoint_every": ("CELERY_HA_CHECKPOINT_EVERY", parse.number(int, 1, 1_000_000)),
+    "task_time_limit": ("CELERY_HA_TASK_TIME_LIMIT", parse.number(float, 1, 7 * 86400)),
+    "visibility_timeout": ("CELERY_HA_VISIBILITY_TIMEOUT", parse.number(float, 1, 30 * 86400)),
+    "proxy_rate": ("CELERY_HA_PROXY_RATE", parse.checked(parse_rate)),
+    "proxy_domain_rates": ("CELERY_HA_PROXY_DOMAIN_RATES", parse.domain_rates),
+    "proxy_check_url": ("CELERY_HA_PROXY_CHECK_URL", parse.text),
+    "data_dir": ("CELERY_HA_DATA_DIR", parse.text),
+    "redispatch_after": ("CELERY_HA_REDISPATCH_AFTER", parse.number(float, 1, 86400)),
+    "soft_shutdown_timeout": ("CELERY_HA_SOFT_SHUTDOWN_TIMEOUT", parse.number(float, 0, 86400)),
+    "extra_imports": ("CELERY_HA_EXTRA_IMPORTS", parse.text),
+    "default_task": ("CELERY_HA_DEFAULT_TASK", parse.checked(check_task_name)),
+    "redis_server": ("CELERY_HA_REDIS_SERVER", parse.text),
+    "sentinel_master": ("CELERY_HA_SENTINEL_MASTER", parse.text),
+    "sentinel_password": ("CELERY_HA_SENTINEL_PASSWORD", parse.text),
+    "min_replicas": ("CELERY_HA_MIN_REPLICAS", parse.number(int, 0, 16)),
+    "replica_timeout": ("CELERY_HA_REPLICA_TIMEOUT", parse.number(float, 0.001, 60)),
+    "allow_eviction": ("CELERY_HA_ALLOW_EVICTION", parse.flag),
+    "debug": ("CELERY_HA_DEBUG", parse.flag),
+    "obey_robots": ("CELERY_HA_OBEY_ROBOTS", parse.flag),
+    "direct_when_empty": ("CELERY_HA_DIRECT_WHEN_EMPTY", parse.flag),
+    "flower_auth": ("CELERY_HA_FLOWER_AUTH", parse.basic_auth),
+    "batch": ("CELERY_HA_BATCH", parse.batch),
+    "script_push": ("CELERY_HA_SCRIPT_PUSH", parse.flag),
+    "web_auth": ("CELERY_HA_WEB_AUTH", parse.text),
     "web_namespaces": ("CELERY_HA_WEB_NAMESPACES", parse_namespaces),
-    "shards": ("CELERY_HA_SHARDS", _number(int, 1, 1024)),
-    "dedup_ttl": ("CELERY_HA_DEDUP_TTL", _expiry),
-    "broker_timeout": ("CELERY_HA_BROKER_TIMEOUT", _number(float, 0.1, 300)),
-    "hosts": ("CELERY_HA_HOSTS", _flag),
-    "host_rate": ("CELERY_HA_HOST_RATE", _optional_rate),
-    "host_delay": ("CELERY_HA_HOST_DELAY", _number(float, 0, 86400)),
-    "host_concurrency": ("CELERY_HA_HOST_CONCURRENCY", _number(int, 0, 1_000_000)),
-    "host_crawl_delay_max": ("CELERY_HA_HOST_CRAWL_DELAY_MAX", _number(float, 0, 86400)),
-    "url_keep_fragments": ("CELERY_HA_URL_KEEP_FRAGMENTS", _flag),
-    "url_strip_params": ("CELERY_HA_URL_STRIP_PARAMS", _strip_params),
-    "validators_max": ("CELERY_HA_VALIDATORS_MAX", _number(int, 0, 1_000_000_000)),
+    "shards": ("CELERY_HA_SHARDS", parse.number(int, 1, 256)),  # state/shards.py MAX_SHARDS
+    "dedup_ttl": ("CELERY_HA_DEDUP_TTL", parse.expiry),
+    "broker_timeout": ("CELERY_HA_BROKER_TIMEOUT", parse.number(float, 0.1, 300)),
+    "hosts": ("CELERY_HA_HOSTS", parse.flag),
+    "host_rate": ("CELERY_HA_HOST_RATE", parse.optional_rate),
+    "host_delay": ("CELERY_HA_HOST_DELAY", parse.number(float, 0, 86400)),
+    "host_concurrency": ("CELERY_HA_HOST_CONCURRENCY", parse.number(int, 0, 1_000_000)),
+    "host_crawl_delay_max": ("CELERY_HA_HOST_CRAWL_DELAY_MAX", parse.number(float, 0, 86400)),
+    "url_keep_fragments": ("CELERY_HA_URL_KEEP_FRAGMENTS", parse.flag),
+    "url_strip_params": ("CELERY_HA_URL_STRIP_PARAMS", parse.strip_params),
+    "validators_max": ("CELERY_HA_VALIDATORS_MAX", parse.number(int, 0, 1_000_000_000)),
 }
 
 

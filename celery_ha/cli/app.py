@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from celery_ha.cli.context import CLIContext, check_namespace_option
-from celery_ha.cli.errors import EXIT_USAGE, debug_enabled, describe, one_line
+from celery_ha.cli.errors import EXIT_USAGE, debug_enabled, describe, one_line, silence_stdout
 
 
 class CeleryHAGroup(click.Group):
@@ -27,6 +27,9 @@ class CeleryHAGroup(click.Group):
             raise
         except KeyboardInterrupt:
             raise click.Abort() from None
+        except BrokenPipeError:  # the reader is gone (`celery-ha workers | head`): stop quietly
+            silence_stdout()
+            raise click.exceptions.Exit(0) from None
         except Exception as exc:
             if debug_enabled():
                 traceback.print_exc()
@@ -55,6 +58,10 @@ class CeleryHAGroup(click.Group):
         except click.Abort:
             click.echo("Aborted.", err=True)
             sys.exit(130)
+        try:  # what is still buffered, now: a reader that went away (`| head`) ends it quietly
+            sys.stdout.flush()
+        except BrokenPipeError:
+            silence_stdout()
         sys.exit(rv if isinstance(rv, int) else 0)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -42,6 +43,10 @@ def command(obj: CLIContext, pages: int, workers: int, concurrency: int, chaos: 
     """
     from celery_ha.demo.runner import DemoOptions, run_demo
 
+    if report_json is not None:  # checked now: the report must not be lost after a run of minutes
+        folder = report_json.parent.resolve()
+        if not folder.is_dir() or not os.access(folder, os.W_OK):
+            raise click.BadParameter(f"{str(folder)!r} is not a writable folder", param_hint="--report-json")
     if namespace:
         obj.namespace_option = namespace
     obj.start_embedded = True  # the demo runs on the embedded Redis unless a URL is configured

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import redis
 
@@ -50,3 +52,17 @@ def describe(exc: BaseException, redis_url: str | None = None) -> tuple[str, int
         return one_line(f"{name}{exc.strerror or exc}"), EXIT_FAILURE
     hint = "" if debug_enabled() else " (set CELERY_HA_DEBUG=1 for the traceback)"
     return one_line(f"unexpected {type(exc).__name__}: {exc}{hint}"), EXIT_FAILURE
+
+
+def silence_stdout() -> None:
+    """After EPIPE on stdout: point fd 1 at /dev/null, so the interpreter's last flush of what is
+    still buffered cannot fail ('Exception ignored ... BrokenPipeError', exit 120)."""
+    try:
+        fileno = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real stream (click's test runner)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fileno)
+    finally:
+        os.close(devnull)

@@ -29,6 +29,7 @@ from typing import IO, Any, NamedTuple
 import click
 
 from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.cli.errors import silence_stdout
 from celery_ha.cli.formats import FORMATS, write_csv, write_jsonl
 from celery_ha.state.sink import count_items, iter_items
 
@@ -146,20 +147,6 @@ def open_output(output: str) -> Output:
         os.unlink(tmp)
         raise
     return Output(stream, tmp, target.path)
-
-
-def silence_stdout() -> None:
-    """After EPIPE on stdout: point fd 1 at /dev/null, so the interpreter's last flush of what is
-    still buffered cannot fail ('Exception ignored ... BrokenPipeError', exit 120)."""
-    try:
-        fileno = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # not a real stream (click's test runner)
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, fileno)
-    finally:
-        os.close(devnull)
 
 
 def write_items(out: IO[str], items: Iterable[Any], fmt: str, columns: list[str] | None,

@@ -16,12 +16,23 @@ from rich.table import Table
 
 from celery_ha.base.errors import InvalidInput
 from celery_ha.base.masking import mask_prefix, mask_url
+from celery_ha.cli.errors import silence_stdout
 
 #: Most characters a table cell shows (a checkpoint or meta can be tens of KB; ``--json`` prints all).
 CELL_CHARS = 2000
 #: How far past the shown width masking reads: a long password shrinks to ``***``, and the text after
 #: it should still show. Past that a cut credential is masked whole (see mask_prefix).
 MASK_SLACK = 2048
+
+
+class _Console(Console):
+    """rich's console, ending a command like every other when the reader of its pipe is gone
+    (``| head``): quietly, exit 0 (rich's own way is exit 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        silence_stdout()
+        raise click.exceptions.Exit(0)
 
 
 def console(stderr: bool = False) -> Console:
@@ -33,7 +44,7 @@ def console(stderr: bool = False) -> Console:
     width = None
     if not (hasattr(stream, "isatty") and stream.isatty()):
         width = int(os.environ.get("COLUMNS") or 160)
-    return Console(file=stream, highlight=False, soft_wrap=False, width=width)
+    return _Console(file=stream, highlight=False, soft_wrap=False, width=width)
 
 
 def echo_json(value: Any) -> None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import click
 import pytest
 
+from celery_ha import TaskQueue
 from celery_ha.cli import main
 from tests.support.cli import SECRET, assert_one_line_error, run
 
@@ -132,3 +136,16 @@ def test_settings_repr_masks_every_secret() -> None:
               "FLOWER_AUTH": f"admin:{SECRET}"}
     shown = repr(Settings.from_overrides(values, env={}))
     assert SECRET not in shown and "u:***@h:1" in shown
+
+
+def test_a_reader_that_goes_away_ends_a_command_quietly(redis_url: str) -> None:
+    """`celery-ha stats | head -0`: the pipe's reader is gone before the command writes; it stops with
+    exit 0 and nothing on stderr, as `export` does."""
+    TaskQueue.from_url(redis_url).enqueue("https://example.com/")
+    for args in (["stats"], ["workers"], ["dead", "list"]):
+        proc = subprocess.Popen([sys.executable, "-m", "celery_ha.cli", "--redis-url", redis_url, *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        proc.stdout.close()  # the reader is gone
+        _, err = proc.communicate(timeout=60)
+        assert (proc.returncode, err.decode()) == (0, ""), args

@@ -35,6 +35,7 @@ its source (meta ``migrating_from``, then ``migrated_from``), and refuses anothe
 from __future__ import annotations
 
 import zlib
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -45,6 +46,7 @@ from redis.client import NEVER_DECODE
 from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.urls import DEFAULT_RULES
 from celery_ha.state.carried import ANCESTORS_FIELD, Carry, set_carries, stored_carries
+from celery_ha.state.counts import COUNTERS
 from celery_ha.state.done_times import done_hour, done_id
 from celery_ha.state.host_queues import as_text, host_queue_parts, read_part
 from celery_ha.state.keys import QueueKeys
@@ -175,10 +177,30 @@ class Migration:
             return self.report  # still migrating: a second run may finish it
         for k in self.dst:
             client.unlink(k.prefix + MIGMAP)
+        self._counters()
         client.hset(tmeta, "migrated_from", self.source)
         client.hdel(tmeta, "migrating_from")
         client.hset(QueueKeys(self.source).meta, "migrated_to", self.target)
         return self.report
+
+    #: The counters a namespace keeps for its whole life (``stats``), as opposed to counts of its state.
+    LIFETIME = frozenset((*COUNTERS, "completed", "died"))
+
+    def _counters(self) -> None:
+        """Add the source's lifetime counters (completed, items, enqueued, …) to the target's first
+        shard, once (meta ``counters_from``), so ``stats`` goes on counting where the source stopped
+        (a crash between the mark and the adds loses them: counts only, no task)."""
+        if not self.client.hsetnx(QueueKeys(self.target).meta, "counters_from", self.source):
+            return
+        totals: Counter[str] = Counter()
+        for k in self.src:
+            for name, value in self.client.hgetall(k.stats).items():
+                if as_text(name) in self.LIFETIME:
+                    totals[as_text(name)] += int(value)
+        pipe = self.client.pipeline(transaction=False)
+        for name, value in totals.items():
+            pipe.hincrby(self.dst[0].stats, name, value)
+        pipe.execute()
 
     # ------------------------------------------------------------------ settings
     # ------------------------------------------------------------------ tasks

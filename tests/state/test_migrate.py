@@ -62,6 +62,9 @@ def test_an_ungated_namespace_moves_to_three_shards_whole_and_exactly_once(
     assert after["queued"] == before["queued"] + before["dispatched"] + before["running"]
     assert (after["delayed"], after["dead"], after["running"], after["dispatched"]) == (1, 1, 0, 0)
     assert after["completed_history"] == before["completed_history"] and after["remembered"] == 20
+    # stats goes on counting where the source stopped
+    counted = ("completed", "items", "enqueued")
+    assert [after[c] for c in counted] == [before[c] for c in counted]
     assert report.items == 20 and sorted(i["url"] for i in iter_items(dst.client, "new")) == sorted(
         i["url"] for i in iter_items(src.client, "old"))
     for tid in ids["queued"] + ids["dead"] + ids["delayed"] + ids["completed"][-2:]:
@@ -93,6 +96,7 @@ def test_an_ungated_namespace_moves_to_three_shards_whole_and_exactly_once(
     assert sum(again.tasks.values()) == 0 and again.items == 0 and again.remembered == 0
     assert again.present == sum(report.tasks.values()) and report.present == 0
     assert dst.stats()["running"] == after["queued"] and dst.stats()["queued"] == 0
+    assert dst.stats()["completed"] == before["completed"]  # the counters are carried once
 
 
 def test_a_gated_namespace_moves_to_four_shards_each_task_on_its_hosts_shard(

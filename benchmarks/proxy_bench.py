@@ -64,9 +64,10 @@ def run_worker(url: str, seconds: float, seed: int, barrier=None, out=None) -> t
 
 
 def server_counters(client: redis.Redis) -> tuple[int, int, float]:
-    """(EVALSHA calls, total commands incl. those run inside scripts, server CPU seconds)."""
+    """(script calls: EVALSHA, or FCALL of the pool's function library on Redis 7; total commands
+    incl. those run inside scripts; server CPU seconds)."""
     stats = client.info("commandstats")
-    evalsha = int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+    evalsha = sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "fcall"))
     cpu = client.info("cpu")
     return (
         evalsha,

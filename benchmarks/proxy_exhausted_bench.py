@@ -35,8 +35,10 @@ DOMAIN = "busy.example"
 
 
 def evalsha_usec(r: redis.Redis) -> tuple[int, int]:
-    stats = r.info("commandstats").get("cmdstat_evalsha", {})
-    return int(stats.get("calls", 0)), int(stats.get("usec", 0))
+    """Calls and µs of the scripts: EVALSHA, or FCALL of the pool's function library (Redis 7)."""
+    stats = r.info("commandstats")
+    both = [stats.get(f"cmdstat_{c}", {}) for c in ("evalsha", "fcall")]
+    return sum(int(s.get("calls", 0)) for s in both), sum(int(s.get("usec", 0)) for s in both)
 
 
 def refused(pool: ProxyPool, r: redis.Redis, calls: int, walk: bool) -> float:

@@ -362,7 +362,7 @@ class Bench:
             calls = st["calls"] - cs0.get(name, {}).get("calls", 0)
             if calls:
                 per_cmd[name[len("cmdstat_"):]] = round(calls / n, 2)
-            if name in ("cmdstat_evalsha", "cmdstat_eval") or kind == "seed":
+            if name in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall") or kind == "seed":
                 usec += st["usec"] - cs0.get(name, {}).get("usec", 0)  # top-level commands only
         c.close()
         return {"round_trips": rt / n, "commands": cmds / n, "server_commands": server_cmds / n,

@@ -34,6 +34,7 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from celery_ha.redisio.functions import library_text  # noqa: E402
 from celery_ha.redisio.scripts import script_source  # noqa: E402
 from celery_ha.runtime.redis_process import RedisProcess, free_port  # noqa: E402
 from celery_ha.state import TaskQueue  # noqa: E402
@@ -47,10 +48,12 @@ def _script_names() -> dict[str, str]:
 
     names = {}
     for folder in sorted({p.parent for p in (ROOT / "celery_ha").rglob("*.lua")}):
-        for path in folder.glob("*.lua"):
-            if not path.stem.startswith("_"):
-                text = script_source(str(folder), path.stem)
-                names[hashlib.sha1(text.encode("utf-8")).hexdigest()] = path.stem
+        stems = tuple(sorted(p.stem for p in folder.glob("*.lua") if not p.stem.startswith("_")))
+        for stem in stems:
+            text = script_source(str(folder), stem)
+            names[hashlib.sha1(text.encode("utf-8")).hexdigest()] = stem
+        library = library_text(str(folder), "_common", stems)  # Redis 7: FCALL <function name>
+        names.update({function: stem for stem, function in (library.functions if library else {}).items()})
     return names
 
 
@@ -60,7 +63,7 @@ def _by_script(r: redis.Redis, tasks: int) -> None:
     spent: dict[str, list[int]] = {}
     for entry in r.slowlog_get(r.slowlog_len()):
         words = entry["command"].split()
-        if words and words[0].upper() in (b"EVALSHA", "EVALSHA") and len(words) > 1:
+        if words and words[0].upper() in (b"EVALSHA", "EVALSHA", b"FCALL", "FCALL") and len(words) > 1:
             sha = words[1].decode() if isinstance(words[1], bytes) else words[1]
             spent.setdefault(names.get(sha, sha[:12]), []).append(int(entry["duration"]))
     for name, durations in sorted(spent.items(), key=lambda kv: -sum(kv[1])):

@@ -70,7 +70,7 @@ class ProxyPool:
         self.config = config or PoolConfig.from_env()
         self.keys = ProxyKeys(namespace)
         self.prefix = self.keys.prefix
-        self.scripts = ScriptSet(client, self.SCRIPT_DIR)
+        self.scripts = ScriptSet(client, self.SCRIPT_DIR, library_prelude="_common")  # Redis 7: FCALL
 
     @property
     def avail_key(self) -> str:

@@ -47,12 +47,12 @@ def every_script() -> dict[str, str]:
                 out[hashlib.sha1(source.encode()).hexdigest()] = f"{folder.name}/{path.stem}"
     source = script_source(str(SHARED_LUA), "unlock")
     out[hashlib.sha1(source.encode()).hexdigest()] = "redisio/unlock"
-    # FCALL of the task layer's function library (Redis 7): its functions' names, the same labels
-    state = PACKAGE / "state"
-    names = tuple(sorted(p.stem for p in state.glob("*.lua") if not p.stem.startswith("_")))
-    library = library_text(str(state), "_common", names)
-    assert library is not None
-    out.update({function: f"state/{name}" for name, function in library.functions.items()})
+    # FCALL of the function libraries (Redis 7): their functions' names, the same labels
+    for folder in FOLDERS:
+        names = tuple(sorted(p.stem for p in folder.glob("*.lua") if not p.stem.startswith("_")))
+        library = library_text(str(folder), "_common", names)
+        assert library is not None
+        out.update({function: f"{folder.name}/{name}" for name, function in library.functions.items()})
     return out
 
 

@@ -112,6 +112,17 @@ class LuaScript:
             return ("EVALSHA", self.sha, len(keys), *keys, *args)
         return self._library.command(self._name, self.sha, keys, args)
 
+    def _resend(self, exc: ResponseError, command: tuple[Any, ...], execute: Any, keys: Sequence[Any],
+                args: Sequence[Any]) -> tuple[Any, ...] | None:
+        """The command to send again after an error reply to an FCALL that proves it did not run
+        (:meth:`FunctionLibrary.after_error`), or None: the error is the caller's."""
+        if command[0] != "FCALL" or self._library is None:
+            return None
+        kind = self._library.after_error(exc, execute)
+        if kind is None:
+            return None
+        return self._library.command(self._name, self.sha, keys, args, evalsha=kind == "EVALSHA")
+
     def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
         if self._cluster is not None:
             return self._cluster(keys, args)
@@ -125,15 +136,16 @@ class LuaScript:
             except (RedisConnectionError, RedisTimeoutError):
                 conn.disconnect()  # the command never reached the server whole: safe to send again
                 _send(conn, command, *self._commands)
-            for _ in range(3):
+            for _ in range(3):  # each turn: a reply that proves the script did not run
                 try:
                     return self._read(conn)
                 except NoScriptError:
                     self.client.script_load(self.script)
                 except ResponseError as exc:
-                    if command[0] != "FCALL" or not self._library.after_error(exc, on_connection(conn)):
+                    resend = self._resend(exc, command, on_connection(conn), keys, args)
+                    if resend is None:
                         raise
-                command = self.command(keys, args)  # the script did not run: send it again
+                    command = resend
                 _send(conn, command, *self._commands)
             return self._read(conn)
         except ResponseError:
@@ -152,8 +164,8 @@ class LuaScript:
         return reply
 
     def _via_client(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        command = self.command(keys, args)
         for attempt in range(4):
-            command = self.command(keys, args)
             try:
                 reply = self.client.execute_command(*command)
                 break
@@ -162,9 +174,10 @@ class LuaScript:
                     raise
                 self.client.script_load(self.script)
             except ResponseError as exc:
-                if (attempt == 3 or command[0] != "FCALL"
-                        or not self._library.after_error(exc, self.client.execute_command)):
+                resend = self._resend(exc, command, self.client.execute_command, keys, args)
+                if attempt == 3 or resend is None:
                     raise
+                command = resend
         if self._wait is not None:
             self._wait.check(self.client.execute_command(*self._wait.command))
         return reply

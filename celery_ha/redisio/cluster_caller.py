@@ -66,8 +66,9 @@ class ClusterScript:
             raise ValueError("a script run on a Redis Cluster needs at least one key to route on")
         slot = self.client.keyslot(keys[0])
         ask: tuple[str, int] | None = None
+        evalsha = self._library is None  # also for one call a node over maxmemory refused as FCALL
         for hop in range(MAX_HOPS):
-            if self._library is None:
+            if evalsha or self._library is None:
                 command: tuple[Any, ...] = ("EVALSHA", self.sha, len(keys), *keys, *args)
             else:
                 command = self._library.command(self._name, self.sha, keys, args)
@@ -94,9 +95,11 @@ class ClusterScript:
                     self._refresh()
                 ask = None
             except ResponseError as exc:
-                if command[0] != "FCALL" or not self._library.after_error(exc, on_connection(conn)):
+                kind = (self._library.after_error(exc, on_connection(conn))
+                        if command[0] == "FCALL" and self._library is not None else None)
+                if kind is None:
                     raise  # the script's own error reply: the connection is still in step
-                # not run: the library is on this node now (or EVALSHA from here on); send it again
+                evalsha = kind == "EVALSHA"  # not run: send it again (the library is on this node now)
             except (RedisConnectionError, RedisTimeoutError):
                 conn.disconnect()
                 self._refresh()  # a failover moves the slot: the next call finds its new owner

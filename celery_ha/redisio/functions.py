@@ -21,6 +21,7 @@ celery-ha (a rolling upgrade) each find their own functions on the same server.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,15 +30,20 @@ from pathlib import Path
 from typing import Any
 
 from redis.connection import AbstractConnection as Connection
-from redis.exceptions import ResponseError
+from redis.exceptions import OutOfMemoryError, ResponseError
 
 from celery_ha.redisio.lua_source import INCLUDE, include_path
 
-# Replies that say FCALL / FUNCTION did not run: no such command (before 7.0), or an ACL without it.
+log = logging.getLogger(__name__)
+
+# Replies that say FCALL / FUNCTION did not run: no such command (before 7.0), or an ACL without it
+# (Redis 7.0 says "this user has no permissions", 7.2 and later "User <name> has no permissions").
 _NO_FUNCTIONS = re.compile(
     r"(?:ERR )?(?:unknown command [`'](?:fcall|function)[`']|unknown subcommand [`']load[`']"
-    r"|(?:NOPERM )?this user has no permissions to run the [`'](?:fcall|function\|load)[`'])",
+    r"|(?:NOPERM )?(?:this user|user \S+) has no permissions to run the [`'](?:fcall|function\|load)[`'])",
     re.IGNORECASE)
+#: The placeholder of the library's name in its text while the digest is taken (the name is the digest).
+_NAME = "@LIBRARY@"
 PER_CALL = re.compile(r"^--#per-call\n(.*?)^--#end-per-call\n", re.MULTILINE | re.DOTALL)
 
 
@@ -89,17 +95,18 @@ def library_text(folder: str, prelude: str, names: tuple[str, ...]) -> LibraryTe
     shared = PER_CALL.sub("", shared)
     begin = ("local function begin_call(keys, args)\n  KEYS, ARGV = keys, args\n"
              + "".join(per_call) + "end\n")
-    digest = hashlib.sha1((shared + begin + "".join(f"{n}\n{b}" for n, b in sorted(bodies.items())))
-                          .encode("utf-8")).hexdigest()[:12]
-    functions = {name: f"celery_ha_{digest}_{name}" for name in bodies}
     registered = "".join(
-        f"redis.register_function('{functions[name]}', function(keys, args)\n"
+        f"redis.register_function('{_NAME}_{name}', function(keys, args)\n"
         "local refused = begin_call(keys, args)\nif refused then return refused end\n"
         f"{body}\nend)\n"
         for name, body in bodies.items())
-    text = (f"#!lua name=celery_ha_{digest}\n-- celery-ha: the scripts of {base.name}/ that include "
-            f"{prelude} (celery_ha/redisio/functions.py)\nlocal KEYS, ARGV\n{shared}{begin}{registered}")
-    return LibraryText(f"celery_ha_{digest}", text, functions)
+    body = (f"-- celery-ha: the scripts of {base.name}/ that include {prelude} "
+            f"(celery_ha/redisio/functions.py)\nlocal KEYS, ARGV\n{shared}{begin}{registered}")
+    # The name is a digest of everything the server will run (the wrapper included), so a release that
+    # changes any of it loads a library of its own rather than finding an older one "already there".
+    name = "celery_ha_" + hashlib.sha1(body.encode("utf-8")).hexdigest()[:12]
+    functions = {script: f"{name}_{script}" for script in bodies}
+    return LibraryText(name, f"#!lua name={name}\n" + body.replace(_NAME, name), functions)
 
 
 class FunctionLibrary:
@@ -111,36 +118,44 @@ class FunctionLibrary:
         self.text = text
         self.usable: bool | None = None
 
-    def command(self, script: str, sha: str, keys: Sequence[Any], args: Sequence[Any]) -> tuple[Any, ...]:
-        """The command that runs ``script``: its ``FCALL`` while the server may take one, else its
-        ``EVALSHA``."""
-        if self.usable is False:
+    def command(self, script: str, sha: str, keys: Sequence[Any], args: Sequence[Any],
+                evalsha: bool = False) -> tuple[Any, ...]:
+        """The command that runs ``script``: its ``FCALL`` while the server may take one, else (or
+        with ``evalsha``) its ``EVALSHA``."""
+        if evalsha or self.usable is False:
             return ("EVALSHA", sha, len(keys), *keys, *args)
         return ("FCALL", self.text.functions[script], len(keys), *keys, *args)
 
     def load(self, execute: Callable[..., Any]) -> None:
         """``FUNCTION LOAD`` the library with ``execute`` (a connection's or a client's); one that is
-        there already (another process loaded it meanwhile) is fine, and a refusal that says the
-        server or the user cannot have functions switches this library to ``EVALSHA``."""
+        there already (another process loaded it meanwhile) is fine. A refusal that says the server
+        or the user cannot have functions switches this library to ``EVALSHA``; so does a library the
+        server will not compile (logged: a bug of celery-ha's, which must not stop every task)."""
         try:
             execute("FUNCTION", "LOAD", self.text.text)
         except ResponseError as exc:
             if "already exists" in str(exc):
                 return
             if not refuses_functions(exc):
-                raise
+                log.error("celery-ha: Redis would not load the function library %s, so its scripts run "
+                          "by EVALSHA: %s", self.text.name, exc)
             self.usable = False
 
-    def after_error(self, exc: ResponseError, execute: Callable[..., Any]) -> bool:
-        """After an error reply to an ``FCALL``: True when the call did not run and may be sent again
-        (the library loaded now, or switched to ``EVALSHA``), False when the error is the script's."""
+    def after_error(self, exc: ResponseError, execute: Callable[..., Any]) -> str | None:
+        """After an error reply to an ``FCALL`` that proves it did not run, the command to send the
+        call again with: "FCALL" (the library loaded now), or "EVALSHA" (the server or the user has no
+        functions: from now on; or a server over ``maxmemory``, which refuses a function before it
+        runs where a script runs until its first write, as before: for this call). None when the
+        error is the script's own."""
         if str(exc).startswith("Function not found"):
             self.load(execute)
-            return True
+            return "EVALSHA" if self.usable is False else "FCALL"
         if refuses_functions(exc):
             self.usable = False
-            return True
-        return False
+            return "EVALSHA"
+        if isinstance(exc, OutOfMemoryError):
+            return "EVALSHA"
+        return None
 
 
 def refuses_functions(exc: ResponseError) -> bool:

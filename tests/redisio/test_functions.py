@@ -4,6 +4,7 @@ or load functions, and every prelude local a call may change set again at the st
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -11,7 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
-from celery_ha.redisio.functions import PER_CALL, library_text
+from celery_ha.redisio.functions import PER_CALL, library_text, refuses_functions
 from celery_ha.state import TaskQueue
 
 STATE_LUA = Path(__file__).resolve().parents[2] / "celery_ha" / "state"
@@ -148,3 +149,61 @@ def test_every_prelude_local_a_call_may_change_is_set_again_per_call() -> None:
     missing = changed - PURE_CACHES - reset
     assert not missing, f"changed by a call, never set again: {missing}"
     assert not PER_CALL.search(prelude), "a per-call block left in the library's shared part"
+
+
+@pytest.mark.parametrize("text", [
+    "this user has no permissions to run the 'fcall' command",  # Redis 7.0
+    "User nofn has no permissions to run the 'fcall' command",  # Redis 7.2 and later
+    "User nofn has no permissions to run the 'function|load' command",
+    "unknown command 'FCALL', with args beginning with: ",  # Redis 6.2
+])
+def test_every_wording_of_no_functions_means_evalsha(text: str) -> None:
+    assert refuses_functions(redis.ResponseError(text))
+    assert not refuses_functions(redis.ResponseError(
+        "User nofn has no permissions to run the 'select' command script: x, on @user_function:3."))
+
+
+def test_over_maxmemory_a_transition_runs_as_a_script_would(redis_url: str, r: redis.Redis) -> None:
+    """Redis refuses a function that may write before it runs when the server is over maxmemory; a
+    script runs until its first write that needs memory, so a completion without items, a hand-back or
+    a failure still went through. They still do: the refused FCALL is sent again as EVALSHA."""
+    q = TaskQueue.from_url(redis_url)
+    q.enqueue_many(["https://example.com/a", "https://example.com/b", "https://example.com/c"])
+    held = [q.claim_next("w") for _ in range(3)]
+    assert all(held)
+    r.config_set("maxmemory", "1")  # far below what the server uses: every write that needs memory fails
+    try:
+        q.complete(held[0])
+        assert q.release(held[1].task_id, token=held[1].token, worker="w") == "queued"
+        assert q.fail(held[2], "boom", retry=False) == "dead"
+    finally:
+        r.config_set("maxmemory", "0")
+    stats = q.stats()
+    assert (stats["completed"], stats["queued"], stats["dead"], stats["running"]) == (1, 1, 1, 0)
+
+
+def test_the_library_name_is_a_digest_of_all_it_runs() -> None:
+    """A release that changes only the wrapper (flags, begin_call) gets a library of its own, not an
+    older one found "already there"."""
+    library = library_text(str(STATE_LUA), "_common", NAMES)
+    assert library is not None
+    body = library.text.split("\n", 1)[1].replace(library.name, "@LIBRARY@")
+    assert library.name == "celery_ha_" + hashlib.sha1(body.encode("utf-8")).hexdigest()[:12]
+
+
+def test_the_library_keeps_clear_of_lua_limits() -> None:
+    """Lua 5.1 allows 200 locals in a function (the library's main chunk holds every helper of the
+    prelude) and 60 upvalues (begin_call sets every per-call local): a library past either would not
+    load, and its scripts would fall back to EVALSHA."""
+    for folder in (STATE_LUA, STATE_LUA.parent / "proxy"):
+        names = tuple(sorted(p.stem for p in folder.glob("*.lua") if not p.stem.startswith("_")))
+        library = library_text(str(folder), "_common", names)
+        assert library is not None
+        prelude = library.text.partition("local function begin_call(")[0]
+        functions = re.findall(r"^local function (\w+)\(", prelude, re.MULTILINE)
+        top = set(_top_level_locals(prelude)) | set(functions)
+        assert len(top) <= 185, f"{folder.name}: {len(top)} top-level locals of Lua's 200"
+        begin = library.text[library.text.index("local function begin_call("):]
+        begin = begin[:begin.index("\nredis.register_function(")]
+        upvalues = {name for name in top if re.search(rf"\b{name}\b", begin)}
+        assert len(upvalues) <= 55, f"{folder.name}: begin_call uses {len(upvalues)} upvalues of Lua's 60"

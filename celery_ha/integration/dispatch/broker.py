@@ -84,11 +84,11 @@ def kombu_broker(url: str, settings: Settings) -> KombuBroker:
         raise ConfigurationError(f"CELERY_BROKER_URL={mask_url(url)!r}: Celery's Redis transport has no "
                                  "Redis Cluster support; give the broker a plain Redis, Sentinel or RabbitMQ "
                                  "(CELERY_BROKER_URL must be set when CELERY_HA_REDIS_URL is a cluster)")
-    scheme = url.strip().split(";", 1)[0].partition("://")[0].partition("+")[0]
-    if not scheme or scheme.lower() not in {a.lower() for a in TRANSPORT_ALIASES}:
-        raise ConfigurationError(f"CELERY_BROKER_URL={mask_url(url)!r}: kombu has no transport "
-                                 f"{scheme!r} (redis://, rediss://, sentinel://, amqp://, …)")
     if not is_redis_url(url):
+        scheme = url.strip().split(";", 1)[0].partition("://")[0].partition("+")[0]
+        if not scheme or scheme.lower() not in {a.lower() for a in TRANSPORT_ALIASES}:
+            raise ConfigurationError(f"CELERY_BROKER_URL={mask_url(url)!r}: kombu has no transport "
+                                     f"{scheme!r} (redis://, rediss://, sentinel://, amqp://, …)")
         return KombuBroker(url)
     if not is_sentinel_url(url):
         check_redis_url(url, "CELERY_BROKER_URL")  # kombu would stop a worker with a traceback

@@ -38,6 +38,7 @@ from celery_ha.redisio.functions import library_text  # noqa: E402
 from celery_ha.redisio.scripts import script_source  # noqa: E402
 from celery_ha.runtime.redis_process import RedisProcess, free_port  # noqa: E402
 from celery_ha.state import TaskQueue  # noqa: E402
+from celery_ha.state.taskqueue import ROW_SCRIPTS  # noqa: E402
 
 STATE_LUA = ROOT / "celery_ha" / "state"
 
@@ -52,7 +53,8 @@ def _script_names() -> dict[str, str]:
         for stem in stems:
             text = script_source(str(folder), stem)
             names[hashlib.sha1(text.encode("utf-8")).hexdigest()] = stem
-        library = library_text(str(folder), "_common", stems)  # Redis 7: FCALL <function name>
+        listed = tuple(s for s in stems if s not in ROW_SCRIPTS)  # as TaskQueue's ScriptSet lists them
+        library = library_text(str(folder), "_common", listed)  # Redis 7: FCALL <function name>
         names.update({function: stem for stem, function in (library.functions if library else {}).items()})
     return names
 

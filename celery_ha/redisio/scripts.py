@@ -114,19 +114,22 @@ def prune_functions(text: str) -> str:
 class ScriptSet:
     """The scripts of one folder, bound to one Redis client and looked up by attribute.
 
-    With ``library_prelude``, the scripts whose first include is that prelude are also the functions of
-    one library (:mod:`celery_ha.redisio.functions`): on Redis 7 they run by FCALL, their prelude made
-    once per server rather than once per call; elsewhere by EVALSHA, as every other script.
+    With ``library_prelude``, the scripts whose first include is that prelude (but those of
+    ``library_skip``) are also the functions of one library (:mod:`celery_ha.redisio.functions`): on
+    Redis 7 they run by FCALL, their prelude made once per server rather than once per call; elsewhere
+    by EVALSHA, as every other script.
     """
 
     def __init__(self, client: redis.Redis, folder: Path, names: list[str] | None = None,
-                 wait: ReplicaWait | None = None, library_prelude: str | None = None) -> None:
+                 wait: ReplicaWait | None = None, library_prelude: str | None = None,
+                 library_skip: tuple[str, ...] = ()) -> None:
         folder = Path(folder)
         if names is None:
             names = sorted(p.stem for p in folder.glob("*.lua") if not p.stem.startswith("_"))
         pins = PinnedConnections(client.connection_pool) if direct_capable(client) else None
         self.wait = wait
-        text = library_text(str(folder), library_prelude, tuple(names)) if library_prelude else None
+        listed = tuple(n for n in names if n not in library_skip)
+        text = library_text(str(folder), library_prelude, listed) if library_prelude else None
         self.library = FunctionLibrary(text) if text is not None else None
         self._client = client
         self._scripts = {n: LuaScript(client, script_source(str(folder), n), pins, wait, self.library, n)

@@ -59,6 +59,11 @@ from celery_ha.state.shards import MAX_SHARDS, shard_keys
 from celery_ha.state.url_rules import checked_rules, settings_rules
 
 _HERE = Path(__file__).parent
+# The scripts that take many rows a call stay on EVALSHA on Redis 7 too: their prelude is shared by
+# up to hundreds of rows, so the function library saves them next to nothing, and their long-call tail
+# (issue 30 item 1) was measured by EVALSHA (benchmarks/RESULTS.md, "Redis 7 function libraries").
+ROW_SCRIPTS = ("enqueue", "enqueue_if_absent", "reclaim", "migrate_in", "forget_finished", "forget_carried",
+               "refetch_due")
 _RELEASED = {"q": "queued", "x": "dead"}  # release.lua's success replies -> release()'s results
 
 
@@ -125,7 +130,8 @@ class TaskQueue(EnqueueOps, QueueReads, OperatorOps, CompletionOps, ScheduleOps)
         # With min_replicas, every transition waits (bounded) until that many replicas hold it.
         self._scripts = ScriptSet(client, _HERE, wait=replica_wait(
             check_int("min_replicas", min_replicas, 0, 16),
-            check_seconds("replica_timeout", replica_timeout, high=60)), library_prelude="_common")
+            check_seconds("replica_timeout", replica_timeout, high=60)), library_prelude="_common",
+            library_skip=ROW_SCRIPTS)
         self._key_lists = [[k.tasks, k.ready_bands, k.delayed, k.inflight, k.running, k.dead, k.completed,
                             k.done, k.checkpoints, k.stats, k.wake, k.hist] for k in self._shards]
         self._keys = self._key_lists[0]

@@ -26,6 +26,7 @@ from celery_ha.redisio.scripts import SHARED_LUA, script_source
 from celery_ha.state import TaskQueue
 from celery_ha.state.migrate import Migration
 from celery_ha.state.replay import enqueue_if_absent
+from celery_ha.state.taskqueue import ROW_SCRIPTS
 from celery_ha.state.validators import store_validator
 from celery_ha.state.worker_registry import heartbeat
 from tests.support.redis_cluster import RedisClusterGroup
@@ -49,7 +50,8 @@ def every_script() -> dict[str, str]:
     out[hashlib.sha1(source.encode()).hexdigest()] = "redisio/unlock"
     # FCALL of the function libraries (Redis 7): their functions' names, the same labels
     for folder in FOLDERS:
-        names = tuple(sorted(p.stem for p in folder.glob("*.lua") if not p.stem.startswith("_")))
+        names = tuple(sorted(p.stem for p in folder.glob("*.lua")
+                             if not p.stem.startswith("_") and p.stem not in ROW_SCRIPTS))
         library = library_text(str(folder), "_common", names)
         assert library is not None
         out.update({function: f"{folder.name}/{name}" for name, function in library.functions.items()})

@@ -9,8 +9,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import redis
 
 from celery_ha.state import TaskQueue
+from celery_ha.state.keys import QueueKeys
 from tests.celery_app.test_own_app import CELERY, _clean_env
 from tests.support.polling import wait_until
 
@@ -65,6 +67,32 @@ def test_a_worker_whose_queues_leave_out_the_crawl_queue_says_so(tmp_path: Path,
             wait_until(lambda: "consumes none of namespace 'shopq'" in log.read_text(), timeout=30,
                        what="the warning")
             assert proc.poll() is None and "'shopq.crawl'" in log.read_text()
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_worker_of_other_queues_is_no_worker_of_the_namespace(tmp_path: Path, redis_url: str) -> None:
+    """Its pool processes heartbeat only the registries of the namespaces whose durable queues it
+    consumes: the window and ``celery-ha workers`` do not count it where its -Q leaves them out."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    served, left_out = QueueKeys("runq").workers, QueueKeys("idleq").workers
+    client.delete(served, left_out)
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([CELERY, "-A", "celery_ha", "worker", "-P", "prefork", "-c", "1",
+                                 "-l", "info", "-Q", "runq.crawl,proj"],
+                                cwd=tmp_path, env=_clean_env(CELERY_HA_REDIS_URL=redis_url,
+                                                             CELERY_HA_NAMESPACES="idleq,runq",
+                                                             CELERY_HA_HEARTBEAT_INTERVAL="0.2"),
+                                stdout=out, stderr=subprocess.STDOUT)
+        try:  # the pool process beats runq's registry again and again, never idleq's
+            wait_until(lambda: client.zcard(served) == 1, timeout=60, what="the child's first heartbeat")
+            first = client.zrange(served, 0, 0, withscores=True)[0][1]
+            wait_until(lambda: client.zrange(served, 0, 0, withscores=True)[0][1] >= first + 600,
+                       timeout=30, what="three more heartbeats")
+            assert client.zcard(left_out) == 0, client.zrange(left_out, 0, -1)
+            assert "consumes none of namespace 'idleq'" in log.read_text()
         finally:
             proc.kill()
             proc.wait()

@@ -4,11 +4,13 @@ Started after the fork (``worker_process_init``, or lazily by the first durable 
 or socket ever crosses a fork, and stopped by ``worker_process_shutdown`` (:func:`stop_keeper`), so
 no heartbeat registers a process that has left the registry. Renewal happens every
 ``CELERY_HA_HEARTBEAT_INTERVAL`` seconds for every lease the process holds, each in its task's
-namespace, and the heartbeat goes to the worker registry of every namespace the process serves. A
-renewal that finds the lease gone marks the task's context lost: its next write raises
-``LeaseLost`` and nothing it produces afterwards is committed (the writes are fenced in Lua anyway;
-the flag just stops the task early). If renewals keep failing (Redis away, or an unexpected error)
-for a whole TTL, the lease is treated as lost too, judged on the local monotonic clock only.
+namespace, and the heartbeat goes to the worker registry of every namespace the process serves
+whose durable tasks it runs (a worker whose ``-Q`` leaves out their queues is not one of its
+workers: ``core/consumed.py``). A renewal that finds the lease gone marks the task's context lost:
+its next write raises ``LeaseLost`` and nothing it produces afterwards is committed (the writes are
+fenced in Lua anyway; the flag just stops the task early). If renewals keep failing (Redis away, or
+an unexpected error) for a whole TTL, the lease is treated as lost too, judged on the local monotonic
+clock only.
 
 The thread talks to the state Redis only (whose calls time out, ``services.socket_timeout``), never
 to the broker: the sweep watchdog that used to run here runs in a thread of its own
@@ -27,6 +29,7 @@ import redis
 
 from celery_ha.base.errors import LeaseLost
 from celery_ha.base.per_process import PerProcess
+from celery_ha.integration.core.consumed import runs_durable_tasks
 from celery_ha.integration.core.services import Services, own_services, served, socket_timeout
 from celery_ha.integration.upkeep.watchdog import stop_watchdog, watch
 from celery_ha.state import Lease
@@ -94,7 +97,10 @@ class LeaseKeeper:
     def tick(self) -> None:
         """Heartbeat, then renew every lease; a failed heartbeat never keeps the renewals from
         running."""
-        for rt in self.namespaces():  # the registry of every namespace this process serves
+        own = self.rt.settings
+        for rt in self.namespaces():  # the registry of every namespace whose durable tasks it runs
+            if not runs_durable_tasks(rt.settings.namespace, own.namespace, own.served_namespaces):
+                continue  # -Q leaves its queues out: not one of its workers (core/consumed.py)
             try:
                 heartbeat(rt.client, rt.settings.namespace, rt.worker_name,
                           silence_after=quiet_after(rt.settings.heartbeat_interval))

@@ -36,6 +36,7 @@ from celery import signals
 from celery._state import get_current_app
 
 from celery_ha.base import tracing
+from celery_ha.integration.core.consumed import record_worker_queues
 from celery_ha.integration.core.services import namespace_of_queue, served, services, set_node
 from celery_ha.integration.dispatch.sender import flush_sends
 from celery_ha.integration.patches.child_reaper import FastChildReaper
@@ -123,6 +124,7 @@ class WorkerHooks:
                      **_: Any) -> None:
         self.start_check()
         self._refuse_bad_start()
+        record_worker_queues(options)  # before the fork: a -Q of other queues beats no registry
         for warning in queue_warnings(served(), options):
             log.warning("celery-ha: %s", warning)
         if sender:

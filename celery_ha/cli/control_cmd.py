@@ -6,7 +6,7 @@ import click
 
 from celery_ha.base.errors import TaskNotFound
 from celery_ha.cli.context import CLIContext, pass_cli
-from celery_ha.cli.pump_hint import kick_pump
+from celery_ha.cli.pump_hint import kick
 from celery_ha.cli.render import echo_json
 from celery_ha.state.pause import pause, resume
 
@@ -60,8 +60,7 @@ def pause_command(obj: CLIContext, reason: str) -> None:
 def resume_command(obj: CLIContext) -> None:
     """Dispatch again after `celery-ha pause` (workers refill their window within seconds)."""
     if resume(obj.client, obj.namespace):
-        broker = obj.settings.broker_url or obj.redis_url
-        kick_pump(obj.client, obj.namespace, broker, obj.settings, max_age=obj.settings.lease_ttl)
+        kick(obj)
         click.echo(f"namespace {obj.namespace} resumed")
     else:
         click.echo(f"namespace {obj.namespace} was not paused")

@@ -25,7 +25,7 @@ from celery_ha.base.validation import (
     parse_duration,
 )
 from celery_ha.cli.context import CLIContext, pass_cli
-from celery_ha.cli.pump_hint import kick_pump
+from celery_ha.cli.pump_hint import kick
 from celery_ha.cli.render import echo_json, iter_lines, stream_name
 from celery_ha.fetch.sitemap_ingest import IngestCounts, SitemapIngest, UrlFilter
 from celery_ha.state.enqueue_args import SCRIPT_BATCH
@@ -178,9 +178,7 @@ def command(obj: CLIContext, urls: tuple[str, ...], source: IO[bytes] | None, si
 
 
 def _kick(obj: CLIContext, new: int, pump: bool) -> bool:
-    broker = obj.settings.broker_url or obj.redis_url
-    return bool(new and pump and kick_pump(obj.client, obj.namespace, broker, obj.settings,
-                                           max_age=obj.settings.lease_ttl))
+    return bool(new and pump and kick(obj))
 
 
 def _progress(counts: IngestCounts) -> str:

@@ -9,7 +9,7 @@ import click
 from celery_ha.base.errors import InvalidInput
 from celery_ha.base.validation import parse_duration
 from celery_ha.cli.context import CLIContext, pass_cli
-from celery_ha.cli.pump_hint import kick_pump
+from celery_ha.cli.pump_hint import kick
 from celery_ha.cli.render import echo_json
 from celery_ha.state.listing import completed_matching
 
@@ -73,9 +73,7 @@ def command(obj: CLIContext, task_ids: tuple[str, ...], pattern: str | None, old
     results = obj.queue.recrawl(ids)
     counts = Counter(results.values())
     queued = counts.get("queued", 0)
-    broker = obj.settings.broker_url or obj.redis_url
-    kicked = bool(queued and pump and kick_pump(obj.client, obj.namespace, broker, obj.settings,
-                                                max_age=obj.settings.lease_ttl))
+    kicked = bool(queued and pump and kick(obj))
     if as_json:
         echo_json({"namespace": obj.namespace, "queued": queued,
                    "not_completed": counts.get("not completed", 0), "unknown": counts.get("unknown", 0),
@@ -100,9 +98,7 @@ def _due(obj: CLIContext, dry_run: bool, pump: bool, as_json: bool) -> None:
             click.echo(f"would queue {would} due scheduled refetch(es) (namespace {obj.namespace})")
         return
     queued = obj.queue.refetch_due(max_calls=1_000_000)
-    broker = obj.settings.broker_url or obj.redis_url
-    kicked = bool(queued and pump and kick_pump(obj.client, obj.namespace, broker, obj.settings,
-                                                max_age=obj.settings.lease_ttl))
+    kicked = bool(queued and pump and kick(obj))
     if as_json:
         echo_json({"namespace": obj.namespace, "queued": queued, "pumped": kicked})
     else:

@@ -52,6 +52,8 @@ def command(obj: CLIContext, max_age: float | None, as_json: bool) -> None:
     alive = sum(1 for w in workers if w["alive"])
     console().print(grid(("worker", "alive", "heartbeat", "last seen", "leases", "tasks"), rows,
                          title=f"{alive} live worker process(es), namespace {obj.namespace}"))
-    reports = {w["node"]: (w.get("patches"), w.get("dispatch")) for w in workers if w.get("patches")}
-    for node, (patches, dispatch) in sorted(reports.items()):
-        click.echo(f"{node}: patches {patches}; refill dispatch {dispatch}")
+    reports = {w["node"]: (w.get("patches"), w.get("dispatch"), w.get("broker")) for w in workers
+               if w.get("patches")}
+    for node, (patches, dispatch, broker) in sorted(reports.items()):
+        where = f"; broker {broker}" if broker else ""
+        click.echo(f"{node}: patches {patches}; refill dispatch {dispatch}{where}")

@@ -8,6 +8,7 @@ without this repository on its path, as an installed celery-ha would.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -23,7 +24,7 @@ import redis
 
 from celery_ha.state import TaskQueue
 from celery_ha.state.sink import count_items, iter_items
-from celery_ha.state.worker_registry import list_workers
+from celery_ha.state.worker_registry import list_workers, node_infos
 from tests.support.polling import wait_until
 
 CELERY = str(Path(sys.executable).parent / "celery")
@@ -144,10 +145,22 @@ def test_own_app_gets_fast_failover_and_exactly_once(project: Project) -> None:
     node = f"own-{project.namespace}@localhost"
     project.worker(node)
     urls = [f"https://shop.test/p/{i}" for i in range(8)]
+    wait_until(lambda: node_infos(project.r, project.namespace, [node]).get(node, {}).get("broker"), 30, 0.05,
+               "the worker's start-up report")
+    # The CLI's broker is the state Redis (no CELERY_BROKER_URL): no worker reads it, so it says so
+    # and sends no start-now message there; the worker's sweep dispatches the tasks.
     out = subprocess.run([CELERY_HA, "--redis-url", project.state_url, "-n", project.namespace, "enqueue",
-                          *urls, "--task", "myproj_page", "--meta", '{"sleep": 1.5}'],
+                          *urls, "--task", "myproj_page", "--meta", '{"sleep": 1.5}', "--json"],
                          env=project.env, cwd=project.root, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["pumped"] is False and "consume another broker" in out.stderr, out
+    assert not project.r.exists(f"{project.namespace}.maintenance")
+    out = subprocess.run([CELERY_HA, "--redis-url", project.state_url, "-n", project.namespace, "enqueue",
+                          "https://shop.test/extra", "--task", "myproj_page", "--json"],
+                         env={**project.env, "CELERY_BROKER_URL": project.broker_url},
+                         cwd=project.root, capture_output=True, text=True, timeout=60)
+    assert json.loads(out.stdout)["pumped"] is True and "another broker" not in out.stderr, out
+    urls.append("https://shop.test/extra")
     ids = project.q.task_ids(urls, task="myproj_page")
 
     def running() -> list[tuple[str, str]]:

@@ -234,6 +234,16 @@ def _broker_db(app: Any, rt: Services) -> tuple[bool, int | None]:
     return broker_db(url, rt.redis_url)
 
 
+def broker_place(app: Any, rt: Services) -> str:
+    """Where ``app``'s broker is, against the state Redis, in the words the worker registry records
+    (``celery-ha`` commands compare their own broker's, ``cli/pump_hint.py``): ``state`` (the state
+    Redis's own database), ``state-db:N`` (database N of its server) or ``elsewhere``."""
+    on_server, db = _broker_db(app, rt)
+    if not on_server:
+        return "elsewhere"
+    return "state" if db is None else f"state-db:{db}"
+
+
 def _list_push(app: Any, rt: Services) -> ListPush | None:
     """The ListPush for ``app``'s crawl queue; None when a message the script would push is not the
     one Celery would publish: the queue is routed through an exchange (kombu delivers through the

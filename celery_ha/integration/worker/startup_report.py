@@ -7,7 +7,9 @@ One INFO line in the worker's main process, after the last patch decided, e.g.::
 
 A patch that is off shows as ``name off (why)`` (and logged its own WARNING when it switched off);
 the dispatch path is the script push (the completion's script pushes the refill's messages) or the
-Python publish, with why (``integration/dispatch/script_push.py``).
+Python publish, with why (``integration/dispatch/script_push.py``). The registry also records where
+the worker's broker is against the state Redis (``broker_place``), which the CLI reads before it
+sends a "start now" message (``cli/pump_hint.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 from celery import bootsteps
 
 from celery_ha.integration.core.services import served, services
-from celery_ha.integration.dispatch.script_push import startup_decision
+from celery_ha.integration.dispatch.script_push import broker_place, startup_decision
 from celery_ha.integration.patches import registry
 from celery_ha.state.worker_registry import register_node_info
 
@@ -33,7 +35,12 @@ def startup_report(app: Any) -> dict[str, str]:
         dispatch = startup_decision(app, services()) if app is not None else "unknown (no app)"
     except Exception as exc:  # say so, and let each pool process decide for itself later
         dispatch = f"not decided yet ({type(exc).__name__}: {exc})"
-    return {"patches": patches, "dispatch": dispatch}
+    report = {"patches": patches, "dispatch": dispatch}
+    try:  # for the CLI's "start now" message: sent only to a broker some worker consumes
+        report["broker"] = broker_place(app, services()) if app is not None else "unknown"
+    except Exception as exc:
+        log.debug("could not place the broker: %s", exc)
+    return report
 
 
 def log_startup_line(app: Any) -> None:

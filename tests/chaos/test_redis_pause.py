@@ -3,6 +3,7 @@ pause, yet no task is charged an attempt or a stall, and the crawl resumes by it
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -57,3 +58,36 @@ def test_pause_longer_than_the_lease_ttl_counts_no_stall(make_cluster, site, sta
           f"{stats['reclaimed']} lease(s) reclaimed without a stall")
     cluster.kill_group(worker)
     cluster.kill_group(beat)
+
+
+def test_a_pause_during_the_shutdown_grace_still_stops_the_long_task(make_cluster, site, state_redis,
+                                                                     redis_server):
+    """A worker told to stop (SIGTERM) while its child runs a 30 s page, the state Redis paused across
+    the end of the grace period: the main process's look at its children's leases fails once, looks
+    again, and the child hands its task back seconds after the grace period, not when the page ends."""
+    broker = redis_server.url.rsplit("/", 1)[0] + "/11"
+    redis.Redis.from_url(broker).flushdb()
+    cluster = make_cluster(state_url=state_redis.url, broker_url=broker, CELERY_HA_LEASE_TTL="3",
+                           CELERY_HA_HEARTBEAT_INTERVAL="0.5", CELERY_HA_SOFT_SHUTDOWN_TIMEOUT="2")
+    site.delays["/case/"] = 30.0
+    worker = cluster.worker("w1", concurrency=1)
+    [tid] = cluster.q.enqueue_many([site.case_url(0)])
+    cluster.pump()
+    wait_for(lambda: cluster.state(tid) == "running", timeout=30, message="the page running")
+    os.kill(worker.pid, signal.SIGTERM)  # the main process only: its child is asked after the grace
+    stopped = time.monotonic()
+    assert state_redis.proc is not None
+    wait_for(lambda: time.monotonic() - stopped > 0.3, timeout=5, interval=0.05, message="the grace begun")
+    state_redis.proc.send_signal(signal.SIGSTOP)  # from inside the grace period to past its end
+    paused = time.monotonic()
+    wait_for(lambda: time.monotonic() - paused > 2.5, timeout=5, interval=0.05,
+             message="a pause across the end of the grace period")  # the pause itself is what is tested
+    state_redis.proc.send_signal(signal.SIGCONT)
+    # Handed back: queued, and dispatched again by the hand-back's pump (its message waits for a worker).
+    wait_for(lambda: cluster.state(tid) in ("queued", "dispatched"), timeout=12,
+             message="the page handed back")
+    assert time.monotonic() - stopped < 15  # the page would have ended 30 s after it began
+    info = cluster.q.get(tid)
+    assert (info.attempts, info.stalls) == (0, 0), info
+    assert "asking child" in cluster.log_text(worker)
+    cluster.kill_group(worker)

@@ -1,9 +1,10 @@
 """Graceful shutdown of a worker: tasks finish or are handed back, leases of dead children released.
 
 On SIGTERM Celery stops consuming and waits for running tasks. After
-``CELERY_HA_SOFT_SHUTDOWN_TIMEOUT`` seconds the children still holding leases get SIGTERM: the
-durable runner commits what it has (keyed, so safe), releases the lease without counting a stall and
-returns (``celery_ha.integration.running.graceful_stop``). At ``worker_shutdown`` any lease still held by a
+``CELERY_HA_SOFT_SHUTDOWN_TIMEOUT`` seconds the children still holding leases get SIGTERM, and so does
+any child that takes a lease later (a batch's next id), until the worker exits: the durable runner
+commits what it has (keyed, so safe), releases the lease without counting a stall and returns
+(``celery_ha.integration.running.graceful_stop``). At ``worker_shutdown`` any lease still held by a
 dead child of this node is released, and this node's registry entries are removed.
 """
 
@@ -50,23 +51,27 @@ class GracefulShutdown:
         return held
 
     def _stop_children_after_grace(self, namespaces: list[Services]) -> None:
-        try:
-            deadline = time.monotonic() + namespaces[0].settings.soft_shutdown_timeout
-            while True:
-                held = self._children_holding(namespaces)
-                if not held:
-                    return
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(0.2)
-            for holder, tids in held.items():
-                pid = split_worker(holder)[1]
-                if pid is not None and parent_pid(pid) == os.getpid():
-                    log.warning("graceful shutdown: asking child %s to hand back %s", pid, ", ".join(tids))
+        """From the end of the grace period until the process exits, ask each child that holds a
+        lease to hand it back, once per task it holds. It keeps looking: a batch's child may take its
+        next id's lease after a look that found none, and a look that fails (Redis away a moment) is
+        followed by the next."""
+        time.sleep(max(0.0, namespaces[0].settings.soft_shutdown_timeout))
+        asked: set[tuple[str, str]] = set()  # (holder, task id) already asked to hand back
+        while True:
+            try:
+                for holder, tids in self._children_holding(namespaces).items():
+                    new = [tid for tid in tids if (holder, tid) not in asked]
+                    pid = split_worker(holder)[1]
+                    if not new or pid is None:
+                        continue
+                    asked.update((holder, tid) for tid in new)
+                    log.warning("graceful shutdown: asking child %s to hand back %s", pid, ", ".join(new))
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGTERM)
-        except Exception as exc:
-            log.warning("graceful shutdown helper failed: %s", exc)
+            except Exception as exc:  # the next look tries again
+                log.warning("graceful shutdown: could not read the leases of this worker's children: %s",
+                            exc)
+            time.sleep(0.2)
 
     def finish(self, namespaces: list[Services]) -> None:
         """Last step of the main process: release leases its (now dead) children still hold, in each of

@@ -63,8 +63,9 @@ def done_hour(ms: float) -> int:
 def finished_at(client: redis.Redis, namespace: str, shard_count: int, ids: Sequence[str]
                 ) -> list[int | None]:
     """The completion time (ms, Redis clock) of each remembered dedup id, None where it has not
-    finished (or the sweep already forgot it), in the order of ``ids``. Exact while the completed
-    history holds the task's record, else the start of its completion hour (up to an hour early: a
+    finished (or the sweep already forgot it, unless its record waits for a scheduled refetch), in the
+    order of ``ids``. Exact while the completed history holds the task's record (or a refetch schedule
+    keeps it), else the start of its completion hour (up to an hour early: a
     sitemap lastmod within the hour of the crawl counts as newer, so the page is fetched again)."""
     if not ids:
         return []
@@ -75,17 +76,22 @@ def finished_at(client: redis.Redis, namespace: str, shard_count: int, ids: Sequ
         for p in positions:
             pipe.hget(*done_slot(keys[shard].prefix, ids[p]))
         pipe.zmscore(keys[shard].done, [ids[p] for p in positions])  # the layout before the buckets
+        pipe.zmscore(keys[shard].refetch, [ids[p] for p in positions])  # finished, waiting for a refetch
     replies = iter(pipe.execute())
     out: list[int | None] = [None] * len(ids)
-    hourly: list[tuple[int, int]] = []  # (position, shard) of hour starts: the record may say better
+    # (position, shard) of hour starts, and of ids kept for a scheduled refetch after the sweep forgot
+    # them: the record may say better (exactly).
+    hourly: list[tuple[int, int]] = []
     for shard, positions in groups.items():
         hours = [next(replies) for _ in positions]
-        for p, hour, score in zip(positions, hours, next(replies), strict=True):
+        for p, hour, score, waiting in zip(positions, hours, next(replies), next(replies), strict=True):
             if hour is not None:
                 out[p] = hour_ms(hour)
                 hourly.append((p, shard))
             elif score is not None:
                 out[p] = int(score)
+            elif waiting is not None:
+                hourly.append((p, shard))
     if hourly:
         by_shard_hourly: dict[int, list[int]] = {}
         for p, shard in hourly:

@@ -4,7 +4,8 @@
   counted once, at the end (which may split a few buckets).
   Dedup: a dedup id that is live (queued, dispatched, running, delayed, dead) is a duplicate; one that
   finished is a duplicate until the recrawl window (ARGV[2]) has passed since its completion (exact
-  while the history holds its record, else the start of its completion hour: _remembered.lua), and is
+  while the history holds its record, or the record waits for a scheduled refetch (_refetch.lua) after
+  the sweep forgot the id, else the start of its completion hour: _remembered.lua), and is
   then queued again as a new run of the same task: its completed record leaves the history, and its
   fencing tokens continue above every token of its earlier runs (from the old record's, or from the
   Redis clock in ms once the history forgot it), so a holder left over from an earlier run can never
@@ -54,6 +55,7 @@ local cutoff = window >= 0 and now - window or nil
 local legacy = PREFIX .. 'seen'
 local has_legacy = redis.call('EXISTS', legacy) == 1
 local has_zset = redis.call('EXISTS', K_DONE) == 1
+local has_refetch = cutoff and redis.call('EXISTS', K_REFETCH) == 1
 local function finished_time(id, zscore)
   local key, field = done_slot(id)
   local hour = redis.call('HGET', key, field)
@@ -78,10 +80,16 @@ do
     for k = j, last do records[k - j + 1] = rec_get(ids[k]) end
     local zset = has_zset and redis.call('ZMSCORE', K_DONE, unpack(ids, j, last)) or {}
     local old = has_legacy and redis.call('SMISMEMBER', legacy, unpack(ids, j, last))
+    local waiting = has_refetch and redis.call('ZMSCORE', K_REFETCH, unpack(ids, j, last)) or {}
     for k = 1, last - j + 1 do
       local id = ids[j + k - 1]
       local at -- not needed for an id with a record when no window applies: it is taken anyway
       if cutoff or not records[k] then at = finished_time(id, zset[k]) end
+      if not at and waiting[k] and records[k] then
+        -- finished, its record kept for a scheduled refetch after the sweep forgot its hour: its own time
+        local st = decode(records[k])
+        if st.s == 'c' then at = tonumber(st.ut) end
+      end
       if at and cutoff and at <= cutoff and records[k] then
         local st = decode(records[k])
         if st.s == 'c' and tonumber(st.ut) > cutoff then at = nil end -- finished within the window

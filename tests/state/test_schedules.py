@@ -232,3 +232,25 @@ def test_metrics_count_waiting_and_due_runs(redis_url: str) -> None:
     assert {s.labels["kind"]: s.value for s in family.samples} == {"waiting": 3, "due": 1}
     assert q.refetch_due() == 1
     assert read_queue_metrics(q.client, q.namespace).refetch == {"waiting": 2, "due": 0}
+
+
+def test_a_scheduled_task_the_dedup_sweep_forgot_is_still_a_finished_one(redis_url: str) -> None:
+    """The sweep forgets a finished id past the dedup TTL even while its record waits for a scheduled
+    refetch; the record's own completion time then decides: a recrawl window, the TTL and a newer
+    sitemap lastmod start a new run, as for an unscheduled URL (they used to see a live duplicate)."""
+    from celery_ha.state.done_times import finished_at, remembered
+
+    q = TaskQueue(redis.Redis.from_url(redis_url, decode_responses=True), "sf", history_max=0, dedup_ttl=1)
+    q.set_schedule("page", every="1w")
+    url = "https://shop.example/p/1"
+    tid = q.enqueue(url, task="page")
+    _run(q, tid)  # leaves the history at once (history_max=0); its record waits for the refetch
+    assert q.client.zscore(q.keys.completed, tid) is None and q.client.zscore(q.keys.refetch, tid)
+    wait_for(lambda: q.forget_finished() >= 0 and not remembered(q.client, q.keys, tid), timeout=10,
+             message="the sweep to forget the id (TTL 1 s)")
+    [done] = finished_at(q.client, q.namespace, 1, [tid])
+    assert done == int(q.get(tid).updated_at * 1000)  # the record's exact completion time
+    assert q.enqueue_many_with_status([url], task="page", recrawl_after=3600) == [(tid, False)]
+    wait_for(lambda: q.enqueue_many_with_status([url], task="page") == [(tid, True)], timeout=10,
+             message="a new run once the TTL (1 s) has passed since the completion")
+    assert q.get(tid).state == "queued" and q.client.zscore(q.keys.refetch, tid) is None

@@ -24,17 +24,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from celery_ha.base.errors import InvalidInput
 from celery_ha.base.hosts import check_host_key
 from celery_ha.base.validation import check_int, check_task_name, parse_duration
+from celery_ha.redisio.scripts import eval_script
 from celery_ha.state.keys import QueueKeys
 
 #: Shortest interval a schedule may have (seconds).
 MIN_INTERVAL = 1.0
 #: An adaptive schedule's bounds when not given: a quarter of the interval, and eight times it.
 ADAPT_LOW, ADAPT_HIGH = 0.25, 8.0
+_HERE = Path(__file__).parent
 HOSTS_FLAG = "_h"  # present in the sched hash while any host entry exists (_refetch.lua reads it)
 
 
@@ -112,6 +115,7 @@ class ScheduleOps:
     client: Any
     _shards: list[QueueKeys]
     _run: Callable[..., Any]
+    _ensure_layout: Callable[[], None]
 
     def set_schedule(self, task: str | None = None, host: str | None = None, *, every: float | str,
                      min_every: float | str | None = None, max_every: float | str | None = None,
@@ -121,6 +125,7 @@ class ScheduleOps:
         output changed. ``every=0`` means never (an exception to a broader schedule). Applies from
         each task's next completion; returns the stored schedule."""
         schedule = make_schedule(task, host, every, min_every, max_every, adaptive)
+        self._ensure_layout()  # a copy on each shard of the namespace's layout, not of this process's
         pipe = self.client.pipeline(transaction=False)
         for keys in self._shards:
             pipe.hset(keys.schedules, schedule.field, schedule.encoded())
@@ -135,15 +140,16 @@ class ScheduleOps:
         task = None if task is None else check_task_name(task)
         host = None if host is None else check_host_key(host)
         field = schedule_field(task, host)
+        self._ensure_layout()
         existed = False
-        for keys in self._shards:
-            existed = bool(self.client.hdel(keys.schedules, field)) or existed
-            if not any(f.startswith("h:") or "@" in f for f in self.client.hkeys(keys.schedules)):
-                self.client.hdel(keys.schedules, HOSTS_FLAG)
+        for keys in self._shards:  # one script per shard: a host schedule set meanwhile keeps its flag
+            existed = bool(eval_script(self.client, _HERE, "schedule_unset", [keys.schedules],
+                                       [field, HOSTS_FLAG])) or existed
         return existed
 
     def schedules(self) -> list[Schedule]:
         """Every schedule (from the first shard: each holds the same copy), task ones first."""
+        self._ensure_layout()
         raw = self.client.hgetall(self._shards[0].schedules)
         out = [s for f, v in raw.items() if f != HOSTS_FLAG and (s := _parse(f, v)) is not None]
         return sorted(out, key=lambda s: (s.task is None, s.task or "", s.host or ""))
@@ -165,6 +171,7 @@ class ScheduleOps:
 
     def refetch_pending(self) -> dict[str, int]:
         """How many runs wait for their time (``waiting``) and how many are due now (``due``)."""
+        self._ensure_layout()
         seconds, micros = self.client.time()
         now_ms = int(seconds) * 1000 + int(micros) // 1000
         pipe = self.client.pipeline(transaction=False)
@@ -177,6 +184,7 @@ class ScheduleOps:
     def refetch_ids(self) -> Iterator[str]:
         """Ids of every task waiting for a scheduled run, read in batches (the recrawl verb's
         selections read them with the completed history)."""
+        self._ensure_layout()
         for keys in self._shards:
             for member, _score in self.client.zscan_iter(keys.refetch, count=1000):
                 yield member

@@ -9,7 +9,7 @@ import time
 import pytest
 import redis
 
-from celery_ha.base.errors import InvalidInput
+from celery_ha.base.errors import ConfigurationError, InvalidInput
 from celery_ha.state import TaskQueue
 from celery_ha.state.host_queues import host_queue_ids
 from celery_ha.state.records import HEAD_SEP, Lease
@@ -254,3 +254,26 @@ def test_a_scheduled_task_the_dedup_sweep_forgot_is_still_a_finished_one(redis_u
     wait_for(lambda: q.enqueue_many_with_status([url], task="page") == [(tid, True)], timeout=10,
              message="a new run once the TTL (1 s) has passed since the completion")
     assert q.get(tid).state == "queued" and q.client.zscore(q.keys.refetch, tid) is None
+
+
+def test_schedules_check_the_namespaces_shard_count(redis_url: str) -> None:
+    """A process configured with another shard count is refused, as by every other verb, instead of
+    writing the schedule to its own shards only (the others' tasks were never refetched)."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    TaskQueue(client, "sl", shards=4).enqueue_many([f"https://s{i}.example/p" for i in range(8)], task="page")
+    wrong = TaskQueue(client, "sl", shards=1)  # as the CLI and workers build it: CELERY_HA_SHARDS=1
+    for call in (lambda: wrong.set_schedule("page", every=60), lambda: wrong.unset_schedule("page"),
+                 wrong.schedules, wrong.refetch_pending, lambda: list(wrong.refetch_ids())):
+        with pytest.raises(ConfigurationError, match="holds tasks in 4 shard"):
+            call()
+    assert not client.keys("*{sl}*sched*") and not client.keys("*sl*sched*")
+
+
+def test_unsetting_the_last_host_schedule_drops_the_host_flag_only_then(q: TaskQueue) -> None:
+    q.set_schedule(host="news.example", every=60)
+    q.set_schedule("page", host="shop.example", every=60)
+    q.set_schedule("page", every=60)
+    assert q.unset_schedule(host="news.example") and q.client.hget(q.keys.schedules, "_h") == "1"
+    assert q.unset_schedule("page") and q.client.hget(q.keys.schedules, "_h") == "1"
+    assert q.unset_schedule("page", host="shop.example") and q.client.hget(q.keys.schedules, "_h") is None
+    assert not q.unset_schedule("page", host="shop.example")

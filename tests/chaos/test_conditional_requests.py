@@ -103,3 +103,23 @@ def test_validators_max_zero_switches_conditional_requests_off(make_cluster, vsi
                  timeout=60, message=f"run {run}")
     assert [(r.if_none_match, r.status) for r in vsite.requests("/p")] == [(None, 200), (None, 200)]
     assert q.stats()["unchanged"] == 0 and not q.client.exists(q.keys.validators)
+
+
+def test_a_fetch_of_the_own_url_with_params_is_not_the_own_page(make_cluster, vsite: ValidatorSite) -> None:
+    """``ctx.fetch(ctx.url, params=...)`` asks for another URL: it is sent no validator and leaves the
+    own page's alone, so the next run's own fetch is a 304 and its second page a plain 200."""
+    vsite.pages["/list"] = Page("<title>1</title>", etag='"list-v1"')
+    vsite.pages["/list?page=2"] = Page("<title>2</title>", etag='"page2-v1"')
+    cluster = make_cluster()
+    cluster.worker("w1", concurrency=1)
+    [tid] = cluster.q.enqueue_many([vsite.url + "/list"], task="test_pages_by_params")
+    cluster.pump()
+    wait_for(lambda: cluster.all_completed([tid]), timeout=60, message="the first run")
+    assert cluster.q.client.hget(cluster.q.keys.validators, tid) == 'e:"list-v1"'
+    assert set(cluster.q.recrawl([tid]).values()) == {"queued"}
+    cluster.pump()
+    wait_for(lambda: cluster.q.stats()["unchanged"] == 1 and cluster.all_completed([tid]), timeout=60,
+             message="the second run, unchanged")
+    own, second = vsite.requests("/list"), vsite.requests("/list?page=2")
+    assert [(r.if_none_match, r.status) for r in own] == [(None, 200), ('"list-v1"', 304)], own
+    assert [(r.if_none_match, r.status) for r in second] == [(None, 200)], second  # the 304 ended the run

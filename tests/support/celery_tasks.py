@@ -79,3 +79,12 @@ def fetch_then_fail(ctx: DurableContext) -> None:
 def list_page(ctx: DurableContext) -> None:
     """A list page read on a fixed schedule: fetched unconditionally, no items."""
     ctx.fetch(ctx.url, conditional=False)
+
+
+@durable_task(name="test_pages_by_params")
+def pages_by_params(ctx: DurableContext) -> None:
+    """A list read through ``params``: its first page, then ``?page=2`` of the same URL (which is not
+    the task's own page: its validators must neither be sent nor kept for it)."""
+    first = ctx.fetch(ctx.url)
+    second = ctx.fetch(ctx.url, params={"page": "2"})
+    ctx.emit({"first": first.status_code, "second": second.status_code}, key=ctx.url)

@@ -29,6 +29,8 @@ from celery_ha.state.sink import item_key
 
 #: Buffered items are committed (without a checkpoint) once this many are pending.
 FLUSH_AT = 500
+#: Arguments of ``ctx.fetch`` with which a request of the own URL asks for another resource.
+REQUEST_CHANGING = ("params", "data", "json", "files")
 
 
 class DurableContext:
@@ -104,7 +106,8 @@ class DurableContext:
         """HTTP through this process's proxy-aware fetcher (``celery_ha.fetch``): a proxy from the
         pool, rotation to another proxy on failure, a FetchError when the page must wait.
 
-        A GET of the task's own URL is conditional (``conditional=False``: never): it sends the
+        A GET of the task's own URL is conditional (``conditional=False``: never; nor one given
+        ``params``, ``data``, ``json`` or ``files``, which ask for another resource): it sends the
         ETag / Last-Modified of the task's previous run, and a 304 raises NotModified, which
         completes the task as unchanged (``fetch/conditional.py``); ``ctx.changed`` tells."""
         self.check()
@@ -113,7 +116,8 @@ class DurableContext:
         if self._own_host(url):  # the host gate paces this task's host: no in-task waits for it
             kwargs.setdefault("gate", rt.queue.hosts)
             kwargs.setdefault("crawl_delay_cap", rt.settings.host_crawl_delay_max)
-        page = self._own_page(url) if conditional and method.upper() == "GET" else None
+        asks_other = any(kwargs.get(k) for k in REQUEST_CHANGING)  # ?page=2 of the own URL: another page
+        page = self._own_page(url) if conditional and method.upper() == "GET" and not asks_other else None
         sent = page.prepare(kwargs) if page is not None else False
         response = fetcher.fetch(url, method, **kwargs)
         self.check()

@@ -27,8 +27,9 @@ local function parse_schedule(v)
   return tonumber(e), tonumber(lo), tonumber(hi), ad == '1'
 end
 
--- The host of a task without a host key: its URL's host[:port], lower case, without user info and
--- without the scheme's default port (the gate's default key mode, base/urls.py host_key).
+-- The host of a task without a host key: its URL's host[:port], lower case, without user info, the
+-- scheme's default port and a trailing dot (the gate's default key mode, base/hosts.py host_of_url).
+-- An internationalised host is left as written (UTF-8): only the host gate's key is its IDNA form.
 local function url_host(payload)
   -- A payload of the URL alone is stored as the bare URL (not JSON), an https one without its
   -- scheme ('//host/...': _common's header).
@@ -46,7 +47,10 @@ local function url_host(payload)
   scheme = string.lower(scheme)
   if (scheme == 'http' and string.sub(auth, -3) == ':80') then auth = string.sub(auth, 1, -4) end
   if (scheme == 'https' and string.sub(auth, -4) == ':443') then auth = string.sub(auth, 1, -5) end
-  return auth
+  -- A fully qualified name's trailing dot is not part of its host key (news.example. = news.example).
+  local name, port = string.match(auth, '^(.-)%.+(:%d*)$')
+  if name then return name .. port end
+  return (string.gsub(auth, '%.+$', ''))
 end
 
 -- The schedule of a task: every, min, max, adapt (nil: none). One HMGET, a second one only while

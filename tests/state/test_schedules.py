@@ -126,7 +126,9 @@ def test_host_schedules_find_the_host_of_every_payload_form(q: TaskQueue) -> Non
     cases = {"OLDRECORD0S1": "//a.example/old"}
     for url, body in {"https://a.example/1": "//a.example/1", "https://A.example:443/2": "//A.example:443/2",
                       "https://u:p@a.example/3": "//u:p@a.example/3", "http://a.example:80/4": "http://a.example:80/4",
-                      "https://a.example/5?q=\"j\"": '{"u":"https://a.example/5?q=\\"j\\""}'}.items():
+                      "https://a.example/5?q=\"j\"": '{"u":"https://a.example/5?q=\\"j\\""}',
+                      "https://a.example./6": "//a.example./6",
+                      "https://A.example.:443/7": "//A.example.:443/7"}.items():
         tid = q.enqueue(url, task="page")
         assert raw_record(q.client, q.keys, tid).partition("\n")[2] == body, url
         cases[tid] = body

@@ -530,7 +530,9 @@ local function grant(id, st, payload, worker, ttl, now, popped)
   observe('w', st.n, st.qt or st.ut or st.ct, now)
   st.qt = nil
   st.s = 'r'
-  st.k = tostring((tonumber(st.k) or 0) + 1)
+  -- A run's first token comes from the Redis clock (ms): a task the dedup sweep forgot and queued anew
+  -- starts above every token of its earlier runs, whose holders may still be alive (zombies).
+  st.k = st.k and tostring(tonumber(st.k) + 1) or fmt(now)
   st.w = worker
   st.ut = fmt(now)
   local expiry = fmt(now + ttl)

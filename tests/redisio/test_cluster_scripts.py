@@ -219,6 +219,7 @@ def _run_every_script(url: str) -> None:
     client.zadd(q.keys.done, {"oldid0000002": 1})  # of the layout before the buckets, moved by:
     assert q.forget_finished() == 2  # forget_finished
     assert q.refetch_due() == 0  # refetch_due (nothing due for a minute)
+    assert q.unset_schedule(host="example.com")  # schedule_unset (EVAL)
     heartbeat(client, "sc", "node:1")  # heartbeat (EVAL)
     with short_lock(client, q.keys.lock("sweep"), 5) as got:  # unlock (EVAL)
         assert got

@@ -15,6 +15,7 @@ from celery_ha.state.done_times import count_remembered, remembered
 from celery_ha.state.records import Lease
 from celery_ha.state.replies import Refusal
 from tests.support.invariants import check_invariants
+from tests.support.polling import wait_until
 from tests.support.records import raw_record, record_count
 
 URL = "https://example.com/page"
@@ -87,6 +88,35 @@ def test_a_url_the_history_forgot_starts_above_every_earlier_token(redis_url: st
         q.complete(lease)
     check_invariants(r, q)
 
+
+
+def test_a_url_the_dedup_sweep_forgot_starts_above_the_tokens_of_its_earlier_runs(
+        redis_url: str, r: redis.Redis) -> None:
+    """The sweep forgets a finished id past the dedup TTL (its record long gone): enqueued again it is
+    a new task without a trace of its earlier runs, whose holders may still be alive (a zombie woken
+    after its lease). Its first lease's token comes from the Redis clock, above theirs: the zombie
+    can renew, commit, checkpoint and complete nothing (it used to get token 1 again)."""
+    q = TaskQueue(redis.Redis.from_url(redis_url, decode_responses=True), "rc2", history_max=0, dedup_ttl=1)
+    tid = q.enqueue(URL)
+    zombie = q.claim(tid, "w:1", ttl=0.05)  # its holder stops here, past its lease
+    assert zombie is not None
+    wait_until(lambda: q.reclaim_expired() >= 0 and q.get(tid).state == "queued", 10, 0.02,
+               "the zombie's lease reclaimed")
+    second = q.claim(tid, "w:2")
+    assert second is not None and second.token > zombie.token
+    q.complete(second)  # history_max=0: the record leaves at once
+    wait_until(lambda: q.forget_finished() >= 0 and not remembered(r, q.keys, tid), 10, 0.05,
+               "the sweep to forget the id (TTL 1 s)")
+    assert q.enqueue_many_with_status([URL]) == [(tid, True)]  # a new task, as if never seen
+    third = q.claim(tid, "w:3")
+    assert third is not None and third.token > second.token > zombie.token
+    for write in (lambda: q.renew(zombie), lambda: q.commit(zombie, [("k", {"by": "zombie"})], {"at": 9}),
+                  lambda: q.complete(zombie)):
+        with pytest.raises(LeaseLost):
+            write()
+    assert q.commit(third, [("k", {"by": "third"})]) == 1
+    q.complete(third)
+    check_invariants(r, q)
 
 def test_the_queue_default_window_comes_from_the_dedup_ttl(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url, decode_responses=True)

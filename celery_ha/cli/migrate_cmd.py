@@ -30,9 +30,10 @@ def command(obj: CLIContext, target: str, shards: int, yes: bool, as_json: bool)
     up under the ids the source gave them. Settings (URL rules, host limits and blocks,
     schedules, the proxy pool) and the sink's items follow; counters start afresh.
 
-    Stop the namespace's workers, beat and producers first (it refuses while a worker heartbeats).
-    The source is paused and left as it was: purge it once the target runs well. A migration that
-    stopped half-way is finished by running the same command again. Then start the workers with
+    Stop the namespace's workers, beat and producers first (it refuses while a worker heartbeats or
+    a task holds a lease, and exits 1 without finishing when the namespace changed while it was
+    read). The source is paused and left as it was: purge it once the target runs well. A migration
+    that stopped half-way is finished by running the same command again. Then start the workers with
     CELERY_HA_NAMESPACE=TARGET and CELERY_HA_SHARDS=N.
     """
     source, client = obj.namespace, obj.client
@@ -46,8 +47,10 @@ def command(obj: CLIContext, target: str, shards: int, yes: bool, as_json: bool)
     report = migration.run()
     if as_json:
         echo_json(report.as_dict())
-        return
-    click.echo(_summary(report))
+    else:
+        click.echo(_summary(report))
+    if report.unseen:  # not finished: a script that goes on to start the target's workers must stop
+        sys.exit(1)
 
 
 def _progress(quiet: bool) -> Progress:
@@ -62,10 +65,11 @@ def _summary(report: MigrationReport) -> str:
     lines = [f"migrated {report.source} ({report.source_shards} shard(s)) into {report.target} "
              f"({report.target_shards} shard(s)): {moved}"]
     if report.unseen:
-        lines.append(f"  warning: {report.unseen:,} task(s) changed state while it ran (does something still "
-                     f"work on {report.source}?) or sit in no queue: stop it and run the command again")
+        lines.append(f"  not finished: {report.source} went through {report.unseen:,} task transition(s) "
+                     "while it was read (something still works on it): stop it and run the command again")
     if report.present:
-        lines.append(f"  {report.present:,} task(s) were there already (an earlier run)")
+        why = "read again as the source changed, or an earlier run" if report.unseen else "an earlier run"
+        lines.append(f"  {report.present:,} task(s) were there already ({why})")
     if report.renamed:
         lines.append(f"  {report.renamed:,} task id(s) changed: the host gate places a task on its "
                      "host's shard")
@@ -75,7 +79,8 @@ def _summary(report: MigrationReport) -> str:
     if report.carried:
         lines.append(f"  {report.carried:,} remembered URL(s) carried: their ids depend on the shard count, "
                      "so an enqueue looks them up under the ids the source gave them")
-    lines.append(f"next: start the workers with CELERY_HA_NAMESPACE={report.target} "
-                 f"CELERY_HA_SHARDS={report.target_shards}; purge {report.source} once it runs well")
+    if not report.unseen:
+        lines.append(f"next: start the workers with CELERY_HA_NAMESPACE={report.target} "
+                     f"CELERY_HA_SHARDS={report.target_shards}; purge {report.source} once it runs well")
     return "\n".join(lines)
 

@@ -8,10 +8,11 @@ module moves everything a crawl needs into it, with the source stopped:
 * **Every task record**, as stored: attempts, stalls, errors, fencing token, dedup flag, meta, trace,
   refetch state. Queued tasks first, band by band and host queue by host queue in hand-out order,
   then every other record (``migrate_in.lua`` files each by its state: a dispatched one is queued, a
-  running one counts a stall). Checkpoints follow their tasks. When the two passes saw fewer records
-  than a shard holds (one changed state between them, or a queued one sits in no queue), a third
-  takes every queued record; what is still missing is counted (``unseen``) and the migration stays
-  open for a second run.
+  running one counts a stall). Checkpoints follow their tasks. When the two passes' counts do not add
+  up to the shard's (a queued record sits in no queue, or twice in one), a third takes every queued
+  record. When the source changed while it was read (``state/migrate_read.py``: something still
+  works on it), the changes are counted (``unseen``) and the migration stays open for a run once the
+  source is stopped.
 * **Ids** stay the same, except for gated tasks and dedup tasks of a gated namespace
   (``state/migrate_ids.py``): a gated task must sit on its host's shard, and a dedup task takes the
   id an enqueue into the target gives its URL; never an id another task keeps (``migmap`` in the
@@ -29,7 +30,10 @@ module moves everything a crawl needs into it, with the source stopped:
 Not moved: counters and histograms (the target starts its own), ETag validators (a cache),
 the worker registry. Idempotent: every write skips what the target holds already, so a migration
 that stopped half-way (killed, Redis gone) is finished by running it again. The target remembers
-its source (meta ``migrating_from``, then ``migrated_from``), and refuses another source.
+its source (meta ``migrating_from``, then ``migrated_from``), and refuses another source; the source
+its target (``migrating_to``, then ``migrated_to``), and refuses another target. The last marks are
+written source first, so a run cut short between them left a source that already refuses new tasks,
+and the next run writes the rest.
 """
 
 from __future__ import annotations
@@ -46,21 +50,21 @@ from redis.client import NEVER_DECODE
 from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.urls import DEFAULT_RULES
 from celery_ha.state.carried import ANCESTORS_FIELD, Carry, set_carries, stored_carries
-from celery_ha.state.counts import COUNTERS
+from celery_ha.state.counts import COUNTERS, queue_stats_many
 from celery_ha.state.done_times import done_hour, done_id
-from celery_ha.state.host_queues import as_text, host_queue_parts, read_part
+from celery_ha.state.host_queues import as_text
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.migrate_ids import TargetIds
+from celery_ha.state.migrate_read import PAGE, changes, fingerprints, live_leases, queued_records
 from celery_ha.state.migrate_settings import copy_settings
 from celery_ha.state.pause import pause
-from celery_ha.state.record_store import all_records, read_records, record_count
+from celery_ha.state.record_store import all_records, record_count
 from celery_ha.state.records import TaskInfo
 from celery_ha.state.shards import namespace_keys, shard_of
 from celery_ha.state.taskqueue import TaskQueue
 from celery_ha.state.url_rules import stored_rules
 from celery_ha.state.worker_registry import list_workers
 
-PAGE = 500  # records read from the source per round trip
 #: Per target shard while a migration runs: renamed id -> the source id it was given to (migrate_in.lua).
 MIGMAP = "migmap"
 BATCH = 200  # rows per migrate_in call: each call stays short (other clients wait behind it)
@@ -78,7 +82,7 @@ class MigrationReport:
     target_shards: int
     tasks: dict[str, int] = field(default_factory=dict)  # moved now, by their state in the source
     present: int = 0  # records the target held already (a run that finishes an earlier one)
-    unseen: int = 0  # source records neither pass saw (they changed state meanwhile): run it again
+    unseen: int = 0  # transitions the source went through while it was read (something works on it)
     renamed: int = 0  # tasks whose id changed (the host gate places them on their host's shard)
     checkpoints: int = 0
     remembered: int = 0  # finished dedup ids the target remembers from this run
@@ -113,21 +117,38 @@ class Migration:
 
     # ------------------------------------------------------------------ checks
     def check(self, lease_ttl: float) -> None:
-        """Refuse (ConfigurationError, nothing written) a source with live workers, an empty one, or
-        a target that holds anything but an earlier run of this same migration."""
+        """Refuse (ConfigurationError, nothing written) a source with live workers or leases, an empty
+        one, one migrated (or migrating) elsewhere, or a target that holds anything but an earlier run
+        of this same migration. A run cut short between its last marks passes: run() writes the rest."""
         live = list_workers(self.client, self.source, max_age=lease_ttl)
         if live:
             raise ConfigurationError(
                 f"stop the workers of {self.source!r} first: {len(live)} worker process(es) heartbeat "
                 f"within the lease ({lease_ttl:g} s); a task they hold would run in both namespaces")
-        tmeta = QueueKeys(self.target).meta
-        running, done = self.client.hmget(tmeta, ["migrating_from", "migrated_from"])
+        # A worker that does not heartbeat (a standalone claim_next loop) shows only by its leases.
+        leases = live_leases(self.client, self.src)
+        if leases:
+            raise ConfigurationError(
+                f"stop the workers of {self.source!r} first: {leases} task(s) hold a lease that has not "
+                f"expired (a worker without a heartbeat runs them?); run it again once they have ended")
+        running, done = self.client.hmget(QueueKeys(self.target).meta, ["migrating_from", "migrated_from"])
+        moved, moving = self.client.hmget(QueueKeys(self.source).meta, ["migrated_to", "migrating_to"])
         if done is not None:
+            if self._marks_cut_short():
+                return  # run() finishes them
             raise ConfigurationError(f"namespace {self.target!r} was migrated from {done!r} already")
         origin = running
         if origin is not None and origin != self.source:
             raise ConfigurationError(
                 f"namespace {self.target!r} was migrated from {origin!r}, not {self.source!r}")
+        if moved is not None and (moved != self.target or origin is None):
+            raise ConfigurationError(f"namespace {self.source!r} was migrated to {moved!r} already: "
+                                     f"migrate {moved!r} instead")
+        if moving not in (None, self.target) and self.client.hget(
+                QueueKeys(moving).meta, "migrating_from") == self.source:
+            raise ConfigurationError(
+                f"namespace {self.source!r} is being migrated to {moving!r}: finish that migration "
+                f"(run it again) or purge {moving!r} first")
         if origin is None and self._holds_anything(namespace_keys(self.client, self.target)):
             raise ConfigurationError(
                 f"namespace {self.target!r} is not empty: migrate into a new namespace (or purge it first)")
@@ -147,41 +168,61 @@ class Migration:
     # ------------------------------------------------------------------ the run
     def run(self) -> MigrationReport:
         """Pause the source, copy settings, tasks, remembered ids and items; mark both namespaces."""
-        client, tmeta = self.client, QueueKeys(self.target).meta
+        client, tmeta, smeta = self.client, QueueKeys(self.target).meta, QueueKeys(self.source).meta
+        if self._marks_cut_short():
+            self._mark_done()  # everything moved; a run before this one stopped between its marks
+            return self.report
         pause(client, self.source, reason=f"migrated to {self.target}")
         client.hsetnx(tmeta, "migrating_from", self.source)
+        client.hset(smeta, "migrating_to", self.target)
         self.queue._ensure_layout()  # records the target's shard count (an empty namespace takes any)
         self.report.hosts, self.report.proxy_keys = copy_settings(client, self.source, self.target, self.src,
                                                                    self.dst)
+        before = fingerprints(client, self.src)
         for index, k in enumerate(self.src):
-            # The queued records in hand-out order first, then every other record. When the two
-            # passes saw fewer records than the shard holds (one changed state between them: something
-            # ran against the source meanwhile; or a queued record sits in no queue), a third pass
-            # takes every queued record (those already in are skipped); what is still missing is
-            # counted, and the migration stays open for a second run.
-            seen = self._import(self._queued_records(k), k)
-            seen += self._import(((tid, raw, info) for tid, raw in all_records(client, k)
-                                  if (info := TaskInfo.parse(tid, raw)).state != "queued"), k)
-            missing = record_count(client, k) - seen
-            if missing > 0:
-                before, present = sum(self.report.tasks.values()), self.report.present
+            # The queued records in hand-out order first, then every other record. When the first
+            # pass's count is not that of the shard's queued records and of its queues' (a queued
+            # record sits in no queue, or twice in one; or the shard changed meanwhile), a third pass
+            # takes every queued record (those in already are skipped, counted present once).
+            queued = self._import(queued_records(client, k), k)
+            others = self._import(((tid, raw, info) for tid, raw in all_records(client, k)
+                                   if (info := TaskInfo.parse(tid, raw)).state != "queued"), k)
+            counts = {queued, record_count(client, k) - others, queue_stats_many(client, [k])[0]["queued"]}
+            if len(counts) > 1 or fingerprints(client, [k]) != before[index:index + 1]:
+                present = self.report.present
                 self._import(((tid, raw, info) for tid, raw in all_records(client, k)
                               if (info := TaskInfo.parse(tid, raw)).state == "queued"), k)
-                missing -= sum(self.report.tasks.values()) - before
-                self.report.present = present  # those it finds in are the first pass's
-            self.report.unseen += max(0, missing)
+                self.report.present = present
             self.progress(f"tasks of shard {index}", sum(self.report.tasks.values()))
         self._remembered()
         self._items()
+        # Whatever changed in the source while it was read may be missing (or stale) in the target.
+        self.report.unseen = changes(before, fingerprints(client, self.src))
         if self.report.unseen:
-            return self.report  # still migrating: a second run may finish it
+            return self.report  # still migrating: a run once the source is stopped finishes it
         for k in self.dst:
             client.unlink(k.prefix + MIGMAP)
         self._counters()
+        self._mark_done()
+        return self.report
+
+    def _marks_cut_short(self) -> bool:
+        """Whether a run of this migration wrote the target's ``migrated_from`` but stopped before
+        the rest of the last marks (a crash, or a release that wrote the target's mark first)."""
+        running, done = self.client.hmget(QueueKeys(self.target).meta, ["migrating_from", "migrated_from"])
+        moved = self.client.hget(QueueKeys(self.source).meta, "migrated_to")
+        return done == self.source and (running is not None or moved != self.target)
+
+    def _mark_done(self) -> None:
+        """The last marks, source first: from its ``migrated_to`` on, the source refuses new tasks,
+        and a run that stops after it (the target still ``migrating_from``) is let through by
+        check() and finishes; one that stops after the target's ``migrated_from`` is finished by
+        run() alone."""
+        client, tmeta, smeta = self.client, QueueKeys(self.target).meta, QueueKeys(self.source).meta
+        client.hset(smeta, "migrated_to", self.target)
+        client.hdel(smeta, "migrating_to")
         client.hset(tmeta, "migrated_from", self.source)
         client.hdel(tmeta, "migrating_from")
-        client.hset(QueueKeys(self.source).meta, "migrated_to", self.target)
-        return self.report
 
     #: The counters a namespace keeps for its whole life (``stats``), as opposed to counts of its state.
     LIFETIME = frozenset((*COUNTERS, "completed", "died"))
@@ -204,34 +245,6 @@ class Migration:
 
     # ------------------------------------------------------------------ settings
     # ------------------------------------------------------------------ tasks
-    def _queued_records(self, k: QueueKeys) -> Iterator[tuple[str, str, TaskInfo]]:
-        """The source shard's queued records in hand-out order, parsed: the ready bands, best first,
-        then each host's queue (stale entries, whose records are not queued there, are skipped)."""
-        client = self.client
-        for band in client.zrange(k.ready_bands, 0, -1):
-            key = k.ready_list(band)
-            start = 0
-            while page := [as_text(i) for i in client.lrange(key, start, start + PAGE - 1)]:
-                start += len(page)
-                for tid, raw in zip(page, read_records(client, k, page), strict=True):
-                    if raw is not None and (info := self._queued_in(tid, raw, band, None)):
-                        yield tid, raw, info
-        for host in sorted(client.sscan_iter(k.hosts, count=1000)):
-            for part in host_queue_parts(client, k, [host])[0]:
-                for start in range(0, part[1], PAGE):
-                    page = read_part(client, part, start, start + PAGE - 1)
-                    for tid, raw in zip(page, read_records(client, k, page), strict=True):
-                        if raw is not None and (info := self._queued_in(tid, raw, None, host)):
-                            yield tid, raw, info
-
-    @staticmethod
-    def _queued_in(tid: str, raw: str, band: str | None, host: str | None) -> TaskInfo | None:
-        """The record parsed when it is queued where it was found (``band``, or ``host``'s queue)."""
-        info = TaskInfo.parse(tid, raw)
-        if info.state != "queued" or info.host != host:
-            return None
-        return info if band is None or str(info.priority) == str(band) else None
-
     def _import(self, records: Iterable[tuple[str, str, TaskInfo]], k: QueueKeys) -> int:
         """Take ``records`` (id, record, parsed) of source shard ``k`` in; returns how many it went
         through."""
@@ -317,13 +330,23 @@ class Migration:
         # tasks queued while a gate now on was off).
         ancestors = [*stored_carries(self.client, self.source, ANCESTORS_FIELD),
                      *stored_carries(self.client, self.target, ANCESTORS_FIELD)]
-        if not moves or self.report.renamed:
+        if not moves or self._renamed_any():
             ancestors.append(own)
         for k in self.src:
             self._send("m" if moves else "c", self._bucket_ids(k, "d:"))
             self._send("c", self._bucket_ids(k, "cd:"))
         set_carries(self.client, self.target, carries)
         set_carries(self.client, self.target, list(dict.fromkeys(ancestors)), ANCESTORS_FIELD)
+
+    def _renamed_any(self) -> bool:
+        """Whether this migration renamed a task, in this run or one before it: a re-run finds the
+        renamed tasks in (``renamed`` 0), but their ``migmap`` entries stay until the last marks."""
+        if self.report.renamed:
+            return True
+        pipe = self.client.pipeline(transaction=False)
+        for k in self.dst:
+            pipe.exists(k.prefix + MIGMAP)
+        return any(pipe.execute())
 
     def _send(self, mode: str, ids: Iterable[tuple[str, str]]) -> None:
         """Take (id, hour) pairs into the target's shards by id, as remembered ('m') or carried ('c')."""

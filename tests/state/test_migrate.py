@@ -9,12 +9,16 @@ import redis
 
 from celery_ha.base.errors import ConfigurationError
 from celery_ha.state import TaskQueue
+from celery_ha.state.keys import QueueKeys
 from celery_ha.state.migrate import Migration
+from celery_ha.state.migrate_read import paged
 from celery_ha.state.pause import paused
-from celery_ha.state.shards import shard_of
+from celery_ha.state.records import TaskInfo
+from celery_ha.state.shards import namespace_keys, shard_of
 from celery_ha.state.sink import iter_items
 from celery_ha.state.worker_registry import heartbeat
 from tests.support.invariants import check_invariants
+from tests.support.records import all_records
 
 HOSTS = ["a.example", "b.example", "c.example", "d.example", "e.example"]
 
@@ -282,3 +286,86 @@ def test_a_namespace_migrated_away_refuses_new_tasks_naming_the_new_one(redis_ur
         with pytest.raises(ConfigurationError, match="migrated to 'new'"):
             q.enqueue("http://a.example/2", dedup=dedup)
     assert TaskQueue.from_url(redis_url, "new", shards=2).stats()["queued"] == 1
+
+
+class _WorkedOn(Migration):
+    """A migration while a standalone worker (no heartbeat) still works on the source: it claims and
+    completes a task between each two pages the migration reads (deterministic, as a test needs)."""
+
+    def __init__(self, worker: TaskQueue, *args: object) -> None:
+        super().__init__(*args)  # type: ignore[arg-type]
+        self.worker = worker
+
+    def _import_page(self, page: list, k: QueueKeys) -> None:  # type: ignore[type-arg]
+        if (lease := self.worker.claim_next("standalone")) is not None:
+            self.worker.complete(lease)
+        super()._import_page(page, k)
+
+
+def _urls(r: redis.Redis, namespace: str) -> set[str]:
+    return {TaskInfo.parse(tid, raw).url
+            for k in namespace_keys(r, namespace) for tid, raw in all_records(r, k)}
+
+
+def test_a_source_worked_on_while_read_stays_open_and_a_run_after_takes_every_task(
+        redis_url: str, r: redis.Redis) -> None:
+    """A claim pops the head of the band the first pass pages through, and the task it took is then
+    read twice (queued, then completed): the counts add up while tasks are missing. The migration
+    must not finish (nor mark the source), and the run after the worker stopped must take all."""
+    src = TaskQueue.from_url(redis_url, "busy")
+    src.enqueue_many([f"http://{HOSTS[i % 5]}/b/{i}" for i in range(3000)])
+    report = _WorkedOn(TaskQueue.from_url(redis_url, "busy"), r, "busy", "busy2", 2).run()
+    assert report.unseen > 0
+    assert r.hget("cha:{busy2}:meta", "migrated_from") is None
+    assert r.hget(src.keys.meta, "migrated_to") is None
+    with pytest.raises(ConfigurationError, match="'busy' is being migrated to 'busy2'"):
+        Migration(r, "busy", "elsewhere", 2).check(lease_ttl=30)  # half-way to one target: not another
+
+    Migration(r, "busy", "busy2", 2).check(lease_ttl=30)  # the worker stopped: the same one goes on
+    again = Migration(r, "busy", "busy2", 2).run()
+    assert again.unseen == 0 and r.hget("cha:{busy2}:meta", "migrated_from") == "busy"
+    assert _urls(r, "busy") <= _urls(r, "busy2")  # none lost
+    with pytest.raises(ConfigurationError, match="'busy' was migrated to 'busy2' already"):
+        Migration(r, "busy", "elsewhere", 2).check(lease_ttl=30)  # the crawl runs in one namespace only
+    assert not r.exists("cha:{elsewhere}:meta")
+
+
+def test_a_page_of_a_queue_skips_nothing_when_its_head_is_popped_between_reads(r: redis.Redis) -> None:
+    r.rpush("q", *[f"t{i}" for i in range(1000)])
+    seen: list[str] = []
+    popped: list[str] = []
+    for n, page in enumerate(paged(lambda a, b: r.lrange("q", a, b), page=100)):
+        seen += page
+        popped += r.lpop("q", 7) or []  # claims at the head between two reads
+        if n == 2:
+            r.lpush("q", "back")  # a release to the front moves the rest the other way
+    assert set(seen) | set(popped) >= {f"t{i}" for i in range(1000)}
+
+
+def test_leases_still_held_refuse_a_migration(redis_url: str, r: redis.Redis) -> None:
+    """A standalone worker does not heartbeat: its lease is what shows it works on the namespace."""
+    src = TaskQueue.from_url(redis_url, "solo", lease_ttl=30, shards=2)
+    src.enqueue_many(["http://a.example/1", "http://b.example/2"])
+    lease = src.claim_next("standalone")
+    with pytest.raises(ConfigurationError, match=r"'solo' first: 1 task\(s\) hold a lease"):
+        Migration(r, "solo", "solo4", 4).check(lease_ttl=30)
+    src.complete(lease)
+    Migration(r, "solo", "solo4", 4).check(lease_ttl=30)
+
+
+def test_a_run_that_stopped_between_its_last_marks_is_finished_by_the_next(
+        redis_url: str, r: redis.Redis) -> None:
+    """The target marked ``migrated_from`` but the source not ``migrated_to`` (what an earlier release
+    left when it stopped there): the next run writes the rest instead of refusing."""
+    src = TaskQueue.from_url(redis_url, "half")
+    src.enqueue_many(["http://a.example/1"])
+    Migration(r, "half", "half2", 2).run()
+    r.hdel(src.keys.meta, "migrated_to")
+    r.hset("cha:{half2}:meta", "migrating_from", "half")
+    migration = Migration(r, "half", "half2", 2)
+    migration.check(lease_ttl=30)
+    assert sum(migration.run().tasks.values()) == 0
+    assert r.hget(src.keys.meta, "migrated_to") == "half2"
+    assert r.hmget("cha:{half2}:meta", ["migrated_from", "migrating_from"]) == ["half", None]
+    with pytest.raises(ConfigurationError, match="migrated to 'half2'"):
+        TaskQueue.from_url(redis_url, "half").enqueue("http://a.example/2")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import click
 
+from celery_ha.base.errors import TaskNotFound
 from celery_ha.cli.context import CLIContext, pass_cli
-from celery_ha.cli.render import console, echo_json, grid, short, when
-from celery_ha.cli.task_cmd import show_task
+from celery_ha.cli.render import console, echo_json, grid, short, shown, when
+from celery_ha.cli.task_cmd import ID_SHOWN, show_task
 
 
 @click.group("dead")
@@ -54,16 +55,23 @@ def show(obj: CLIContext, task_id: str, as_json: bool) -> None:
 @click.option("--all", "redrive_all", is_flag=True, help="Redrive every dead task.")
 @pass_cli
 def redrive(obj: CLIContext, task_ids: tuple[str, ...], redrive_all: bool) -> None:
-    """Move dead tasks back to the queue with attempts and stalls reset."""
+    """Move dead tasks back to the queue with attempts and stalls reset. Unknown ids are reported and
+    the others still redriven (exit 1 if any was unknown)."""
     if redrive_all == bool(task_ids):
         raise click.UsageError("give task IDs or --all (not both)")
     if redrive_all:
         click.echo(f"redrove {obj.queue.redrive(None)} task(s)")
         return
-    moved = 0
-    for tid in task_ids:
-        if obj.queue.redrive(tid):
-            moved += 1
-        else:
-            click.echo(f"task {tid} is {obj.queue.get(tid).state}, not dead: skipped", err=True)
-    click.echo(f"redrove {moved} task(s)")
+    moved, unknown = 0, 0
+    for tid in task_ids:  # an unknown id is reported and the others still redriven (exit 1 then)
+        try:
+            if obj.queue.redrive(tid):
+                moved += 1
+            else:
+                click.echo(f"task {tid} is {obj.queue.get(tid).state}, not dead: skipped", err=True)
+        except TaskNotFound:
+            unknown += 1
+            click.echo(f"Error: no task {shown(tid, ID_SHOWN)!r} in namespace {obj.namespace!r}", err=True)
+    click.echo(f"redrove {moved} task(s)" + (f", {unknown} unknown" if unknown else ""))
+    if unknown:
+        raise click.exceptions.Exit(1)

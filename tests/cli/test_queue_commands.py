@@ -149,6 +149,11 @@ def test_dead_list_show_redrive(redis_url: str, q: TaskQueue) -> None:
     assert q.stats()["dead"] == 0
     assert_one_line_error(cli(redis_url, "dead", "redrive", "unknown-id"), code=1, contains="no task")
     assert_one_line_error(cli(redis_url, "dead", "redrive", a, "--all"), code=2)
+    # An unknown id among others is reported; the others are still redriven (exit 1, as cancel).
+    c, d = _kill(q, "https://example.com/c", "gone"), _kill(q, "https://example.com/d", "gone")
+    mixed = cli(redis_url, "dead", "redrive", "nosuchid", c, d)
+    assert mixed.exit_code == 1 and "redrove 2 task(s), 1 unknown" in mixed.stdout, mixed.output
+    assert "no task 'nosuchid'" in mixed.stderr and q.get(c).state == q.get(d).state == "queued"
 
 
 # ---------------------------------------------------------------- export

@@ -24,7 +24,7 @@ COUNTERS = ("enqueued", "duplicates", "claimed", "failed", "retried", "reclaimed
 
 #: Fields of ``stats`` that hold the dedup sweeps' place (``forget_finished.lua``,
 #: ``forget_carried.lua``), not counts.
-SWEEP_FIELDS = ("dcur", "dpmin", "dmin", "ccur", "cpmin", "cmin")
+SWEEP_FIELDS = ("dcur", "dpmin", "dmin", "dpkmin", "dkmin", "dkat", "ccur", "cpmin", "cmin")
 
 
 def queue_stats(client: redis.Redis, k: QueueKeys) -> dict[str, int]:

@@ -8,12 +8,16 @@
   counted from the start of its completion hour: it may be forgotten up to an hour early.
   The buckets are read in passes, bucket by bucket in the order of their bitmap `dk` (only those
   whose bit is set; one met empty has its bit cleared), a pass carried over calls by a cursor (stats
-  'dcur'): a call stops once it examined `limit` ids or read BUCKETS_PER_CALL buckets. A pass starts only once the TTL may have reached the oldest remembered hour (stats
-  'dmin', a lower bound each pass renews from what it kept, 'dpmin' while it runs), so a sweep with
-  nothing old enough to forget reads no bucket.
+  'dcur'): a call stops once it examined `limit` ids or read BUCKETS_PER_CALL buckets. A pass starts
+  only once the TTL may have reached the oldest remembered hour (stats 'dmin', a lower bound each pass
+  renews from what it kept, 'dpmin' while it runs), so a sweep with nothing old enough to forget reads
+  no bucket. Ids past the TTL that a pass kept because the completed history still holds them
+  ('dkmin', their oldest hour, 'dpkmin' while a pass runs) start a pass at most once an hour ('dkat':
+  the hour of the pass that kept them): a history longer than the TTL would otherwise have every
+  sweep read every bucket.
   KEYS[7]  completed (an id still in the history is kept)
   KEYS[8]  done (the old sorted set: moved, then gone)
-  KEYS[10] stats ('remembered', and the pass's dcur, dpmin, dmin)
+  KEYS[10] stats ('remembered', and the passes' dcur, dpmin, dmin, dpkmin, dkmin, dkat)
   Same slot: the buckets (d:<3 chars>, d:~), their bitmap dk and the old set `seen` are named from ARGV[1], the prefix
     every KEYS entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common
     checks it).
@@ -58,14 +62,18 @@ end
 
 if ttl >= 0 then
   local cutoff = done_hour(now - ttl) -- an id of this hour or older is past the TTL
-  local cur = tonumber(redis.call('HGET', K_STATS, 'dcur'))
-  local pmin = tonumber(redis.call('HGET', K_STATS, 'dpmin'))
+  local hour_now = done_hour(now)
+  local got = redis.call('HMGET', K_STATS, 'dcur', 'dpmin', 'dpkmin')
+  local cur, pmin, kmin = tonumber(got[1]), tonumber(got[2]), tonumber(got[3])
   if not cur then
-    local dmin = tonumber(redis.call('HGET', K_STATS, 'dmin'))
-    if not dmin or dmin <= cutoff then cur = 0 end
+    local last = redis.call('HMGET', K_STATS, 'dmin', 'dkmin', 'dkat')
+    local dmin, dkmin, dkat = tonumber(last[1]), tonumber(last[2]), tonumber(last[3])
+    -- Ids old enough that only the history kept: looked at again once an hour, not at every sweep.
+    local kept_due = dkmin and dkmin <= cutoff and (not dkat or hour_now > dkat)
+    if not dmin or dmin <= cutoff or kept_due then cur = 0 end
   end
   if cur then
-    pmin = pmin or done_hour(now) -- ids remembered while the pass runs are this hour or later
+    pmin = pmin or hour_now -- ids remembered while the pass runs are this hour or later
     local examined, visited = 0, 0
     local next_marked = bitmap_reader(K_DK)
     while cur <= DONE_BUCKETS and examined < limit and visited < BUCKETS_PER_CALL do
@@ -90,8 +98,8 @@ if ttl >= 0 then
         local kept = redis.call('ZMSCORE', K_COMPLETED, unpack(old, j, last))
         local gone = {}
         for k = 1, last - j + 1 do
-          if kept[k] then
-            pmin = math.min(pmin, hours[j + k - 1])
+          if kept[k] then -- past the TTL, still in the completed history: a later pass forgets it
+            kmin = math.min(kmin or hours[j + k - 1], hours[j + k - 1])
           else
             gone[#gone + 1] = fields[j + k - 1]
           end
@@ -108,9 +116,15 @@ if ttl >= 0 then
     end
     if cur > DONE_BUCKETS then -- the pass is over: no remembered id is older than what it kept
       redis.call('HSET', K_STATS, 'dmin', tostring(pmin))
-      redis.call('HDEL', K_STATS, 'dcur', 'dpmin')
+      redis.call('HDEL', K_STATS, 'dcur', 'dpmin', 'dpkmin')
+      if kmin then
+        redis.call('HSET', K_STATS, 'dkmin', tostring(kmin), 'dkat', tostring(hour_now))
+      else
+        redis.call('HDEL', K_STATS, 'dkmin', 'dkat')
+      end
     else
       redis.call('HSET', K_STATS, 'dcur', tostring(cur), 'dpmin', tostring(pmin))
+      if kmin then redis.call('HSET', K_STATS, 'dpkmin', tostring(kmin)) end
       more = 1
     end
   end

@@ -156,6 +156,29 @@ def test_the_sweep_forgets_by_the_hour_in_bounded_passes(redis_url: str, r: redi
     check_invariants(r, q)
 
 
+
+def test_ids_the_history_keeps_past_the_ttl_are_looked_at_once_an_hour_not_at_every_sweep(
+        redis_url: str, r: redis.Redis) -> None:
+    """A completed history longer than the dedup TTL keeps ids past it (their records say finished):
+    the pass that kept them is followed by sweeps that read no bucket until the next hour, when a
+    pass forgets those the history let go meanwhile."""
+    q = TaskQueue(redis.Redis.from_url(redis_url, decode_responses=True), "hk", history_max=10,
+                  dedup_ttl="2h")
+    raw = redis.Redis.from_url(redis_url)
+    ids = _finish(q, [URL.format(n) for n in range(6)])  # all six in the history (history_max=10)
+    now_h = _hour(redis_now_ms(r))
+    for tid in ids:
+        _set_hour(raw, q, tid, now_h - 3)  # past the TTL
+    assert q.forget_finished() == 0  # a pass: every one kept, the history holds their records
+    r.config_resetstat()
+    assert q.forget_finished() == 0 and q.forget_finished() == 0
+    assert "cmdstat_hgetall" not in r.info("commandstats")  # no pass until the next hour
+    r.zrem(q.keys.completed, *ids[:4])  # the history lets four go (its trim, as time would)
+    r.hset(q.keys.stats, "dkat", now_h - 1)  # the pass that kept them was an hour ago
+    assert q.forget_finished() == 4
+    assert [remembered(r, q.keys, tid) for tid in ids] == [False] * 4 + [True] * 2
+    assert q.stats().keys().isdisjoint({"dkmin", "dkat", "dpkmin"})
+
 def test_the_sorted_set_of_the_layout_before_is_honoured_then_moved(redis_url: str, r: redis.Redis) -> None:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     q = TaskQueue(client, "mg", history_max=0)

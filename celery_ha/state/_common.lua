@@ -261,6 +261,16 @@ local function ready_key(p)
   return PREFIX .. 'r:' .. p
 end
 
+-- Stale entries one call may skip, in the ready bands (pop_ready) and the host queues (host_pop)
+-- together: a few ms, while a mass cancel can leave long runs of them. Past it a pop says nothing is
+-- ready and sets stale_cut (claim_best then leaves a wake token, so a waiting claimer calls again at
+-- once), and the next call goes on where this one stopped.
+local STALE_BUDGET = 1000
+local stale_left, stale_cut
+--#per-call
+stale_left, stale_cut = STALE_BUDGET, false
+--#end-per-call
+
 --#include _hosts
 --#include _remembered
 
@@ -295,14 +305,8 @@ end
 -- that a pop emptied stays indexed until a later pop finds it empty (one EXISTS less per claim): every
 -- non-empty band is indexed, not every indexed band non-empty. Empty bands can stack up (each pop of
 -- a new, higher band leaves one), so the loop drops every one it meets: at most one per priority
--- (2,001). A call skips at most STALE_BUDGET stale entries (a few ms; a mass cancel can leave
--- long runs of them): past it, it says nothing is ready and sets stale_cut, and the next call goes
--- on where it stopped.
-local STALE_BUDGET = 1000
-local stale_left, stale_cut
---#per-call
-stale_left, stale_cut = STALE_BUDGET, false
---#end-per-call
+-- (2,001). A call skips at most STALE_BUDGET stale entries (declared above the host gate, whose
+-- queues' stale entries count against it too).
 local function pop_ready()
   while true do
     local top = redis.call('ZRANGE', K_READYP, '0', '0')
@@ -515,8 +519,9 @@ local function grant(id, st, payload, worker, ttl, now, popped)
       local hs = host_load(st.h)
       if n0(hs.bu) > now then
         -- Its host was blocked after the message left (a 429, an operator): no lease; the task goes
-        -- back to the front of its host's queue, uncounted, and the message is dropped.
-        host_end(st.h, now, false, true)
+        -- back to the front of its host's queue, uncounted (its budget unit given back: it never
+        -- started), and the message is dropped.
+        host_end(st.h, now, false, true, true)
         push_ready(id, st, true, now)
         st.ut = fmt(now)
         save(id, st, payload)
@@ -544,8 +549,8 @@ end
 
 -- Standalone claim: promote due retries, then lease the best queued task. Returns the lease reply,
 -- or R_EMPTY when the ready lists are empty (or their first 16 ids were all stale: popped, not leased;
--- or the call skipped STALE_BUDGET stale band entries: then a wake-up token makes a waiting
--- claimer call again at once).
+-- or the call skipped STALE_BUDGET stale entries of the bands and host queues: then a wake-up token
+-- makes a waiting claimer call again at once).
 local function claim_best(worker, ttl, promote_limit, now)
   promote_due(now, promote_limit)
   hosts_due(now)

@@ -7,7 +7,8 @@
                0 = none), bg (budget, -1 = none); on ('1': enqueue gates tasks that have a host);
                counters lrs (serve order), nq (tasks queued in host queues); hl ('1': host queues
                are lists, set by the first script of this layout) and lq (tasks left in the zsets
-               of an earlier release, counted down as they leave; seq was their queue order)
+               of an earlier release, counted down as they leave; seq was their queue order); rf
+               (hosts' SSCAN cursor while new defaults file every host again: hosts_refile)
     hready     zset: hosts with queued tasks that may hand one out now,
                score = band * 1e12 + lr (band = 1000 - priority of the host's best task; lr = when
                the host was last served): the best band first, then the least recently served host
@@ -29,7 +30,8 @@
     hq:<host>  zset of an earlier release (score = band * 1e12 + 5e11 ± seq): still read, and popped
                first within a band, while hcfg's lq says some are left; nothing writes it any more
   Defines: host_load, host_interval, host_due, host_place, host_refile, host_batch, host_add,
-    host_flush, host_push, host_out, host_claimed, host_end, host_dead, hosts_due, host_pop.
+    host_flush, host_push, host_out, host_claimed, host_end, host_dead, hosts_refile, hosts_due,
+    host_pop.
 ]]
 
 local K_HCFG, K_HREADY, K_HWAIT, K_HOSTS
@@ -304,13 +306,20 @@ end
 
 -- A task of host h stops holding one of its slots (it was running, or dispatched when `dispatched`):
 -- completed (`done`), failed, handed back, reclaimed or cancelled. The host may be eligible again.
-local function host_end(h, now, done, dispatched)
+-- `unused`: a dispatched task goes back to its queue unstarted (grant: its host was blocked since),
+-- so its hand-out is given back to the budget too: it is counted when it goes out again.
+local function host_end(h, now, done, dispatched, unused)
   local hs = host_load(h)
   local fields = {'a', tostring(math.max(0, n0(hs.a) - 1))}
   hs.a = fields[2]
   if dispatched then
     hs.d = tostring(math.max(0, n0(hs.d) - 1))
     fields[3], fields[4] = 'd', hs.d
+  end
+  if unused then
+    hs.u = tostring(math.max(0, n0(hs.u) - 1))
+    local n = #fields
+    fields[n + 1], fields[n + 2] = 'u', hs.u
   end
   if done then -- the counter in the same HSET: the script read it, nothing else writes meanwhile
     hs.done = tostring(n0(hs.done) + 1)
@@ -320,7 +329,7 @@ local function host_end(h, now, done, dispatched)
   redis.call('HSET', hkey(h), unpack(fields))
   -- The active count matters to host_due only under a concurrency limit, the dispatched one only
   -- with a spacing: without them the host's filing is what it was.
-  if hnum(hs, 'cc', 0) > 0 or (dispatched and host_interval(hs) > 0) then
+  if unused or hnum(hs, 'cc', 0) > 0 or (dispatched and host_interval(hs) > 0) then
     host_place(h, hs, now)
   else
     host_refile(h, hs, now)
@@ -331,9 +340,35 @@ local function host_dead(h)
   redis.call('HINCRBY', hkey(h), 'dead', 1)
 end
 
--- Move the hosts whose waiting time has come to hready (at most 1000 per call; the rest next call).
+-- File every host again after the namespace's limits changed (host_limits.lua): a host parked at
+-- SLOT for its budget or concurrency has no event to come, so new defaults that free it must place
+-- it. hcfg's rf holds the hosts set's SSCAN cursor while a re-file is under way (kept in Redis, so a
+-- caller that dies between two calls leaves it to the next pops: hosts_due goes on with it). One
+-- call files the hosts of one SSCAN step of about `count` hosts, and only the filed ones again.
+-- Returns whether hosts are left.
+local function hosts_refile(now, count)
+  local cursor = hcfg().rf
+  if not cursor then return false end
+  local step = redis.call('SSCAN', K_HOSTS, cursor, 'COUNT', count)
+  for _, h in ipairs(step[2]) do
+    local known = redis.call('ZSCORE', K_HWAIT, h) and 'wait' or redis.call('ZSCORE', K_HREADY, h) and 'ready'
+    if known then host_place(h, host_load(h), now, known) end
+  end
+  if step[1] == '0' then
+    redis.call('HDEL', K_HCFG, 'rf')
+    hcfg().rf = nil
+    return false
+  end
+  redis.call('HSET', K_HCFG, 'rf', step[1])
+  hcfg().rf = step[1]
+  return true
+end
+
+-- Move the hosts whose waiting time has come to hready (at most 1000 per call; the rest next call),
+-- after a step of a re-file under way (hosts_refile).
 local function hosts_due(now)
   if not gate_busy() then return end
+  hosts_refile(now, 250)
   local due = redis.call('ZRANGEBYSCORE', K_HWAIT, '-inf', string.format('%.0f', now), 'LIMIT', '0', '1000')
   for _, h in ipairs(due) do host_place(h, host_load(h), now) end
 end
@@ -345,13 +380,24 @@ local popped_host, popped_state
 popped_host, popped_state = nil, nil
 --#end-per-call
 
+-- Hosts moved behind their peers in this call for a stale entry at their head (host_pop).
+local host_bumped
+--#per-call
+host_bumped = nil
+--#end-per-call
+
 -- Take the best queued task of the best eligible host (`first`, `first_band`: hready's first host
 -- and its band, when the caller just read them), or nil when no host is eligible. In 'd' mode the
 -- hand-out is counted here (host_out); in 'c' mode grant() counts it. Returns id, state, payload.
+-- A stale entry (an id cancelled or claimed directly while queued) is skipped against the call's
+-- STALE_BUDGET, shared with the bands (past it: nil and stale_cut, so claim_best leaves its wake
+-- token), and its host goes behind the hosts of its band, once per call (its serve order moves on,
+-- as a hand-out's would): a long run of stale entries at one host's head holds up no other host.
 local function host_pop(now, mode, first, first_band)
   if hready_maybe == nil then hready_maybe = gate_busy() end -- then the ZRANGE below tells
   if not hready_maybe then return nil end
-  for _ = 1, 64 do
+  local refiled = 0
+  while refiled < 64 do
     local h, band = first, first_band
     first = nil
     if not h then
@@ -368,6 +414,7 @@ local function host_pop(now, mode, first, first_band)
     local id, counted
     if host_due(hs, now) == 0 then id, counted = host_take(h, band) end
     if not id then
+      refiled = refiled + 1
       host_place(h, hs, now)
     else
       local st, payload = load(id)
@@ -380,7 +427,18 @@ local function host_pop(now, mode, first, first_band)
         end
         return id, st, payload
       end
-      host_place(h, hs, now) -- a stray id: dropped
+      if not (host_bumped and host_bumped[h]) then -- a stale id: dropped
+        host_bumped = host_bumped or {}
+        host_bumped[h] = true
+        hs.lr = tostring(redis.call('HINCRBY', K_HCFG, 'lrs', 1))
+        redis.call('HSET', hkey(h), 'lr', hs.lr)
+      end
+      host_place(h, hs, now, 'ready')
+      stale_left = stale_left - 1
+      if stale_left <= 0 then
+        stale_cut = true
+        return nil
+      end
     end
   end
   return nil

@@ -19,6 +19,8 @@
   ARGV[6] backoff: the cap (ms)
   ARGV[7] backoff: forgiveness (ms without a block after which the level starts again)
   ARGV[8] backoff: jitter (a fraction)
+  The gate's switch (hcfg 'on'): 'block' and 'unblock' (the operator's) switch it on; the others (the
+  fetcher's) only in a namespace never switched, never after an explicit `hosts off`.
   Reply: the host's blocked-until time (ms, Redis clock; 0 = not blocked)
 ]]
 --#include _common
@@ -55,7 +57,14 @@ else
   return redis.error_reply('ERR celery-ha: unknown host op ' .. tostring(op))
 end
 redis.call('HSET', hkey(h), unpack(fields))
-redis.call('HSET', K_HCFG, 'on', '1')
+-- An operator's block or unblock switches the gate on; what the fetcher reports of a task (its
+-- request's stamps, a refusal, a 429/503) switches on only a namespace never switched: the task may be
+-- one still draining from its host's queue after `hosts off`, which must stay off.
+if op == 'block' or op == 'unblock' then
+  redis.call('HSET', K_HCFG, 'on', '1')
+else
+  redis.call('HSETNX', K_HCFG, 'on', '1')
+end
 redis.call('SADD', K_HOSTS, h)
 host_place(h, hs, now)
 return hs.bu and tonumber(hs.bu) > now and tonumber(hs.bu) or 0

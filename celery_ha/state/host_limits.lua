@@ -8,43 +8,63 @@
   ARGV[2] host key, or '' for the namespace defaults
   ARGV[3..] field, value pairs: iv (rate spacing, ms), rate (its text, for display), dl (delay, ms),
     cc (concurrency, 0 = none), bg (budget, -1 = none), cd (robots Crawl-delay, ms; a host only);
-    km (the host key mode, defaults only); on ('1' / '0', defaults only: the gate switched on or off
-    explicitly; without it every call switches the gate on); value '' drops the override (the host
-    follows the defaults again)
-  Reply: 1
-  A changed limit takes effect at once: the host is placed again (for the defaults, the eligible and
-  the waiting hosts, at most 1,000 of each per call: the others at their next event, due time or pop).
+    km (the host key mode, defaults only); value '' drops the override (the host follows the
+    defaults again). Two fields say how the call touches the gate's switch, hcfg 'on':
+    on  '1' / '0' (defaults only): switched on or off explicitly, by the operator;
+        '' (any key): a setting the fetcher learnt (robots' Crawl-delay, read by a task that may be
+        draining after `hosts off`): it switches on only a namespace never switched (HSETNX), so an
+        explicit off stays off;
+        left out: an operator's setting, or a process started with the gate on: switches it on.
+    rf  (defaults only, with no other field): go on with the re-file of every host under way (see
+        below); nothing is written, nothing switched.
+  Reply: 1 while hosts are left to file again after new defaults (call again with rf), else 0.
+  A changed limit takes effect at once: the host is placed again. Defaults whose value changed file
+  every host again, in steps of about 1,000 hosts per call (hosts_refile of _hosts.lua: a host
+  parked for its budget or concurrency has no event to come, so every one must be reached). The
+  caller calls again until the reply is 0; a step it leaves undone (it died) is done by the next
+  dispatches and claims, which go on with the cursor kept in hcfg.
 ]]
 --#include _common
 local now = now_ms()
-local key = ARGV[2] == '' and K_HCFG or hkey(ARGV[2])
-local switched = false -- the call names the gate's switch ('on'): no implicit switching on then
+local host = ARGV[2]
+local key = host == '' and K_HCFG or hkey(host)
+local LIMITS = {iv = true, dl = true, cc = true, bg = true}
+local switch = 'on' -- 'on' (HSET), 'unset' (HSETNX: a namespace never switched only), 'keep'
+local changed = false -- a default limit changed: every host is filed again
 for i = 3, #ARGV, 2 do
-  if ARGV[i] == 'on' then
-    if ARGV[2] == '' then
-      switched = true
-      redis.call('HSET', K_HCFG, 'on', ARGV[i + 1] == '1' and '1' or '0')
+  local field, value = ARGV[i], ARGV[i + 1]
+  if field == 'on' then
+    if value == '' then
+      if switch == 'on' then switch = 'unset' end
+    elseif host == '' then
+      switch = 'keep'
+      redis.call('HSET', K_HCFG, 'on', value == '1' and '1' or '0')
     end
-  elseif ARGV[i + 1] == '' then
-    redis.call('HDEL', key, ARGV[i])
+  elseif field == 'rf' then
+    switch = 'keep'
   else
-    redis.call('HSET', key, ARGV[i], ARGV[i + 1])
-  end
-end
-if not switched then redis.call('HSET', K_HCFG, 'on', '1') end
-if ARGV[2] ~= '' then
-  redis.call('SADD', K_HOSTS, ARGV[2])
-  host_place(ARGV[2], host_load(ARGV[2]), now)
-else
-  -- New defaults may make a waiting host eligible or an eligible one full: both sets are filed again
-  -- (at most 1,000 hosts each; a pop checks a host's limits again anyway, so one left in hready hands
-  -- out nothing it may not).
-  local ready = redis.call('ZRANGE', K_HREADY, '0', '999')
-  local waiting = redis.call('ZRANGEBYSCORE', K_HWAIT, '-inf', '+inf', 'LIMIT', '0', '1000')
-  for _, hosts in ipairs({ready, waiting}) do
-    for _, h in ipairs(hosts) do
-      host_place(h, host_load(h), now)
+    if host == '' and LIMITS[field] and redis.call('HGET', K_HCFG, field) ~= (value ~= '' and value or false) then
+      changed = true
+    end
+    if value == '' then
+      redis.call('HDEL', key, field)
+    else
+      redis.call('HSET', key, field, value)
     end
   end
 end
-return 1
+if switch == 'on' then
+  redis.call('HSET', K_HCFG, 'on', '1')
+elseif switch == 'unset' then
+  redis.call('HSETNX', K_HCFG, 'on', '1')
+end
+if host ~= '' then
+  redis.call('SADD', K_HOSTS, host)
+  host_place(host, host_load(host), now)
+  return 0
+end
+if changed then
+  redis.call('HSET', K_HCFG, 'rf', '0') -- from the start again, when a re-file was under way
+  host_defaults = nil -- the new defaults are read again
+end
+return hosts_refile(now, 1000) and 1 or 0

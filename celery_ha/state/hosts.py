@@ -8,8 +8,11 @@ Design (the Lua side is ``_hosts.lua``, included by every task-state script thro
 * **The gate is per namespace** and off until switched on: by ``CELERY_HA_HOSTS=1`` or a host default
   (``CELERY_HA_HOST_RATE`` / ``_DELAY`` / ``_CONCURRENCY``) in a process that writes to the namespace,
   or by any host setting or block (``HostGate.set`` / ``block`` ...). It is recorded in Redis
-  (``hcfg`` field ``on``). While it is off a task records no host and goes to its priority band,
-  exactly as without a gate (the scripts pay one nil check, and dispatch/claim one EXISTS per call).
+  (``hcfg`` field ``on``). What the fetcher reports (``started``, ``finished``, ``defer``,
+  ``block_until_retry``, ``backoff``, ``set_crawl_delay``) switches on only a namespace never
+  switched: its task may be one still draining after an operator's ``switch(False)``. While it is
+  off a task records no host and goes to its priority band, exactly as without a gate (the scripts
+  pay one nil check, and dispatch/claim one EXISTS per call).
   While it is on, a new task with a host key records it (``"h"`` in the record's state part) and
   waits in its host's queue (a list per band, ``hl:<band>:<host>``); tasks queued before the gate was
   on stay in their bands.
@@ -167,8 +170,9 @@ class HostGate:
     def switch(self, on: bool) -> None:
         """Switch the namespace's gate on or off (every shard). Off: a new task records no host and
         goes to its priority band, exactly as without a gate; tasks already in host queues still go
-        out under their hosts' limits until they are drained. A process started with
-        ``CELERY_HA_HOSTS=1`` or a host default switches it on again at its first call."""
+        out under their hosts' limits until they are drained (the fetcher's reports of those do not
+        switch it on again). A process started with ``CELERY_HA_HOSTS=1`` or a host default
+        switches it on again at its first call."""
         for shard in range(self.queue.shard_count):
             self.queue._run("host_limits", "", "on", "1" if on else "0", shard=shard)
 
@@ -190,10 +194,17 @@ class HostGate:
     def set_defaults(self, *, rate: object = UNSET, delay: object = UNSET, concurrency: object = UNSET,
                      budget: object = UNSET) -> None:
         """The limits of every host without an override of its own (None = no such default). Switches
-        the namespace's gate on (on every shard)."""
+        the namespace's gate on (on every shard).
+
+        New limits may free a host that waits for an event that will not come (parked for its
+        budget or concurrency), so every host is filed again: one bounded script call per ~1,000
+        hosts (``rf``, the cursor kept in Redis), called until none is left; should this process
+        die halfway, the next dispatches and claims go on with it."""
         args = self._limits("", rate, delay, concurrency, budget)
         for shard in range(self.queue.shard_count):
-            self.queue._run("host_limits", "", *args, shard=shard)
+            more = self.queue._run("host_limits", "", *args, shard=shard)
+            while more:
+                more = self.queue._run("host_limits", "", "rf", "1", shard=shard)
 
     def set_crawl_delay(self, host: str, seconds: float | None, cap: float = 30.0) -> float:
         """Store a robots.txt ``Crawl-delay`` with the host, capped at ``cap`` seconds (None or 0 drops
@@ -202,8 +213,10 @@ class HostGate:
         cap = check_number("cap", cap, 0, MAX_SECONDS, "seconds")
         kept = 0.0 if not seconds else min(
             check_number("crawl_delay", seconds, 0, MAX_SECONDS, "seconds"), cap)
+        # "on" "": learnt by the fetcher, maybe for a task still draining after `hosts off`: switches
+        # on only a namespace never switched (host_limits.lua), never one switched off.
         self.queue._run("host_limits", key, *self._limits(key, UNSET, UNSET, UNSET, UNSET, kept or None),
-                        shard=self._shard(key))
+                        "on", "", shard=self._shard(key))
         return kept
 
     def _block(self, host: str, op: str, ms: str = "0", reason: str = "", *extra: str) -> float | None:

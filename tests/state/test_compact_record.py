@@ -151,7 +151,8 @@ def test_records_of_the_earlier_forms_are_read_and_written_in_the_new_form(r: re
         head, body = _split(r, q, tid)
         assert head[:1] == ("R" if dedup else "r") and body == new_body[tid], (tid, head, body)
         st = decode_head(head)
-        assert (st["s"], st.get("dd"), st["ct"], st["k"]) == ("r", "1" if dedup else None, CT, "1")
+        assert (st["s"], st.get("dd"), st["ct"], st["k"]) == ("r", "1" if dedup else None, CT,
+                                                              str(leases[tid].token))
         if dedup:
             assert head.split(HEAD_SEP)[2] == ""  # the flag is the letter's case, not the field
     assert q.get("OLDRECORD0E1").meta == {"k": 2}

@@ -93,3 +93,45 @@ def test_the_oldest_queued_figure_sees_the_host_queues(q: TaskQueue, r: redis.Re
     put_raw_record(r, q.keys, tid, encode_head(st) + "\n" + body)
     m = read_queue_metrics(r, "sw")
     assert m.oldest_ready_ms is not None and 90 <= (m.now_ms - m.oldest_ready_ms) / 1000 < 100
+
+
+@pytest.mark.parametrize("report", ["started", "finished", "defer", "retry_after", "backoff", "crawl_delay"])
+def test_what_the_fetcher_reports_of_a_draining_task_leaves_the_gate_off(
+        q: TaskQueue, r: redis.Redis, report: str) -> None:
+    """`hosts off` lets the gated tasks drain; the fetcher's calls around their requests (fetcher.py:
+    stamps, a refusal's retry time, a 429/503, robots' Crawl-delay) must not switch it on again, or
+    every new task would be gated again behind the operator's back."""
+    q.hosts.set("a.example", delay=0.01)
+    q.enqueue_many(["http://a.example/1", "http://a.example/2"])
+    q.hosts.switch(False)
+    lease = q.claim_next("w")
+    assert lease is not None and lease.task.host == "a.example"  # a gated task drains
+    gate, host = q.hosts, lease.task.host
+    calls = {"started": lambda: gate.started(host), "finished": lambda: gate.finished(host),
+             "defer": lambda: gate.defer(host, 0.5),
+             "retry_after": lambda: gate.block_until_retry(host, 1, "HTTP 429"),
+             "backoff": lambda: gate.backoff(host, "HTTP 503"),
+             "crawl_delay": lambda: gate.set_crawl_delay(host, 1.0)}
+    calls[report]()
+    q.complete(lease)
+    assert not q.hosts.enabled() and r.hget(q.keys.host_config, "on") == "0"
+    new = q.enqueue("http://b.example/new")
+    assert q.get(new).host is None and r.lrange(q.keys.ready_list(0), 0, -1) == [new]
+    check_invariants(r, q)
+
+
+def test_only_the_operator_switches_an_explicit_off_back_on(q: TaskQueue) -> None:
+    q.hosts.set("a.example", concurrency=1)
+    for operator_action in (lambda: q.hosts.set("a.example", concurrency=2),
+                            lambda: q.hosts.block("a.example", 1), lambda: q.hosts.unblock("a.example"),
+                            lambda: q.hosts.set_defaults(delay=0), lambda: q.hosts.switch(True)):
+        q.hosts.switch(False)
+        operator_action()
+        assert q.hosts.enabled()
+
+
+def test_a_namespace_never_switched_is_switched_on_by_any_host_call(q: TaskQueue, r: redis.Redis) -> None:
+    """No explicit off to keep: as before, a host's stamps or blocks switch a fresh namespace's gate on."""
+    assert not r.exists(q.keys.host_config)
+    q.hosts.started("a.example")
+    assert q.hosts.enabled()

@@ -204,14 +204,16 @@ HOST_URLS = [f"http://{h}/p/{i}" for h in HOSTS for i in range(5)]
 
 class HostQueueMachine(QueueMachine):
     """The same interleavings with the host gate on: tasks of three hosts (plus example.com) under
-    limits, blocks and budgets that change between steps, and cancels. After every step the
-    invariants above hold, and the gate's books (queues, active and dispatched counts, the indexes)
-    agree with the records (``check_hosts``)."""
+    limits, blocks and budgets that change between steps, cancels, the gate switched off and on, and
+    what the fetcher reports of a host. After every step the invariants above hold, the gate's books
+    (queues, active and dispatched counts, the indexes, no host parked for an event it no longer
+    needs) agree with the records (``check_hosts``), and the switch is where the operator left it."""
 
     def __init__(self) -> None:
         super().__init__()
         self.q = TaskQueue.from_url(self.server.url, lease_ttl=TTL, max_attempts=2, max_stalls=1,
                                     backoff_base=0.001, backoff_cap=0.005, host_gate=True)
+        self.gate_on = True  # as the operator (or this process's host_gate) last set it
 
     @rule(url=st.sampled_from(HOST_URLS), priority=st.integers(-2, 2), dedup=st.booleans(),
           own_host=st.booleans())
@@ -229,17 +231,36 @@ class HostQueueMachine(QueueMachine):
           rate=st.sampled_from([None, "100/1"]))
     def set_limits(self, host: str, concurrency, delay, budget, rate) -> None:
         self.q.hosts.set(host, concurrency=concurrency, delay=delay, budget=budget, rate=rate)
+        self.gate_on = True
 
-    @rule(concurrency=st.sampled_from([None, 1, 3]))
-    def set_defaults(self, concurrency) -> None:
-        self.q.hosts.set_defaults(concurrency=concurrency)
+    @rule(concurrency=st.sampled_from([None, 1, 3]), budget=st.sampled_from([None, 0, 2, 50]))
+    def set_defaults(self, concurrency, budget) -> None:
+        self.q.hosts.set_defaults(concurrency=concurrency, budget=budget)
+        self.gate_on = True
+
+    @rule(on=st.booleans())
+    def switch(self, on: bool) -> None:
+        self.q.hosts.switch(on)
+        self.gate_on = on
+
+    @rule(host=st.sampled_from(HOSTS), how=st.integers(0, 2))
+    def fetcher_reports(self, host: str, how: int) -> None:
+        """The fetcher's calls around a gated task's request: they never switch the gate."""
+        if how == 0:
+            self.q.hosts.started(host)
+        elif how == 1:
+            self.q.hosts.finished(host)
+        else:
+            self.q.hosts.set_crawl_delay(host, 0.01)
 
     @rule(host=st.sampled_from(HOSTS), seconds=st.sampled_from([0.0, 0.01, 0.05]), how=st.integers(0, 3))
     def block(self, host: str, seconds: float, how: int) -> None:
         if how == 0:
             self.q.hosts.block(host, seconds)
+            self.gate_on = True
         elif how == 1:
             self.q.hosts.unblock(host)
+            self.gate_on = True
         elif how == 2:
             self.q.hosts.backoff(host, "429", start=seconds or 0.01, cap=0.05)
         else:
@@ -273,6 +294,11 @@ class HostQueueMachine(QueueMachine):
             return
         tid = sorted(self.ids)[pick % len(self.ids)]
         self.q.cancel(tid, "test")
+
+    @invariant()
+    def the_switch_is_where_the_operator_left_it(self) -> None:
+        if self.r.exists(self.q.keys.host_config):  # written at this process's first call
+            assert self.q.hosts.enabled() == self.gate_on
 
 
 @pytest.mark.timeout(600)

@@ -10,6 +10,7 @@ from celery_ha.state import TaskQueue
 from celery_ha.state.counts import live_band_ids, live_host_ids
 from celery_ha.state.done_times import count_remembered
 from celery_ha.state.host_queues import host_queue_ids
+from celery_ha.state.hosts import SLOT
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.record_store import all_records
 from celery_ha.state.records import decode_head, decode_state
@@ -93,11 +94,35 @@ def check_invariants(r: redis.Redis, q: TaskQueue) -> dict[str, str]:
     return states
 
 
+def _limit(hs: dict[str, str], defaults: dict[str, str], field: str, default: float) -> float:
+    """A host's limit as _hosts.lua's hnum reads it: its override, else the namespace default."""
+    value = hs.get(field) or defaults.get(field)
+    try:
+        return float(value) if value else default
+    except ValueError:
+        return default
+
+
+def waits_for_an_event(hs: dict[str, str], defaults: dict[str, str]) -> bool:
+    """Whether the host's limits keep it out until an event (_hosts.lua's host_due returning SLOT):
+    its budget used up, its concurrency full, or a paced host's message still unclaimed."""
+    budget = _limit(hs, defaults, "bg", -1)
+    if budget >= 0 and float(hs.get("u") or 0) >= budget:
+        return True
+    concurrency = _limit(hs, defaults, "cc", 0)
+    if concurrency > 0 and float(hs.get("a") or 0) >= concurrency:
+        return True
+    spacing = max(_limit(hs, defaults, "iv", 0), _limit(hs, defaults, "dl", 0), float(hs.get("cd") or 0))
+    return float(hs.get("d") or 0) > 0 and spacing > 0
+
+
 def check_hosts(r: redis.Redis, q: TaskQueue) -> None:
     """The host gate's books agree with the records: each host's queue holds exactly its queued
     tasks, its active / dispatched counts are its tasks dispatched or running / dispatched, the
     queued total is the sum of the queues, a host with queued tasks is filed in exactly one of the
-    two indexes (none without), and a host filed as eligible is eligible."""
+    two indexes (none without), a host filed as eligible is eligible, and a host parked after all
+    times (SLOT: it waits for an event, a freed slot, a claim, more budget) still waits for one: one
+    whose limits allow it now has no event to come and would never be served again (a leak)."""
     k = q.keys
     queued: dict[str, set[str]] = {}
     active: Counter[str] = Counter()
@@ -115,8 +140,9 @@ def check_hosts(r: redis.Redis, q: TaskQueue) -> None:
     hosts = r.smembers(k.hosts)
     assert set(queued) <= hosts, f"queued hosts unknown to the gate: {set(queued) - hosts}"
     ready = set(r.zrange(k.hosts_ready, 0, -1))
-    waiting = set(r.zrange(k.hosts_wait, 0, -1))
-    assert not ready & waiting, f"hosts filed twice: {ready & waiting}"
+    waiting = dict(r.zrange(k.hosts_wait, 0, -1, withscores=True))
+    defaults = r.hgetall(k.host_config)
+    assert not ready & set(waiting), f"hosts filed twice: {ready & set(waiting)}"
     total = 0
     infos = {i.host: i for i in q.hosts.list()} if hosts else {}
     for host in hosts:
@@ -131,4 +157,6 @@ def check_hosts(r: redis.Redis, q: TaskQueue) -> None:
         assert filed == (1 if entries else 0), f"host {host} ({len(entries)} entries) filed {filed} times"
         if host in ready:
             assert infos[host].state == "ready", f"host {host} is filed eligible but is {infos[host].state}"
+        if waiting.get(host) == SLOT:
+            assert waits_for_an_event(hs, defaults), f"host {host} is parked for an event it no longer needs"
     assert int(r.hget(k.host_config, "nq") or 0) == total, "the gated queued count drifted"

@@ -14,7 +14,7 @@ from celery_ha.state.shards import shard_of
 
 PAGE = 500  # hosts read per round trip
 #: hcfg fields that are the gate's bookkeeping, not settings (_hosts.lua's header).
-HCFG_BOOKKEEPING = ("nq", "lrs", "hl", "lq", "seq")
+HCFG_BOOKKEEPING = ("nq", "lrs", "hl", "lq", "seq", "rf")
 #: A host's fields that count work in flight in the source (the target starts with none; its budget
 #: used, ``u``, leaves them out too: they are queued again and counted when handed out again).
 HOST_IN_FLIGHT = ("a", "d", "lr")

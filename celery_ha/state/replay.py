@@ -4,17 +4,24 @@ A caller that hands out a task id before the task reaches Redis (Django's transa
 returns it inside the database transaction) must later create the task under exactly that id, and
 may have to send it twice without knowing whether the first send arrived. The rows are validated
 like any enqueue; only their ids are the caller's.
+
+A finished dedup task is present to a replay, unless the caller says when the request was made: a
+request made past the recrawl window of the task's last run starts a new run (as an enqueue would),
+while a replay of a request whose run finished after it stays a no-op (enqueue_if_absent.lua).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from celery_ha.base.errors import InvalidInput
-from celery_ha.base.validation import MAX_NAME_CHARS, check_text, iter_many
-from celery_ha.state.carried import ancestor_ids
+from celery_ha.base.validation import MAX_NAME_CHARS, check_text, iter_many, shown
+from celery_ha.state.carried import ancestor_ids, carried_times, count_duplicates
+from celery_ha.state.done_times import HOUR_MS
 from celery_ha.state.enqueue_args import Row, grouped
+from celery_ha.state.operator_ops import expiry_ms
 from celery_ha.state.sharded import by_shard
 
 if TYPE_CHECKING:
@@ -22,20 +29,32 @@ if TYPE_CHECKING:
 
 #: Tasks per script call of a replay (a relay sends batches of this size at most).
 REPLAY_BATCH = 1000
+#: A task to replay: ``(id, spec)``, or ``(id, spec, requested_at)`` with the request's time (epoch
+#: seconds, or None when unknown).
+Replayed = tuple[str, str | Mapping[str, Any]] | tuple[str, str | Mapping[str, Any], float | None]
 
 
-def enqueue_if_absent(queue: TaskQueue, tasks: Iterable[tuple[str, str | Mapping[str, Any]]]) -> list[bool]:
-    """Create each ``(id, spec)`` of ``queue`` under that id unless a task with it is present (a
-    finished dedup id counts): replaying an enqueue whose id was fixed earlier (``task_ids``) queues
-    it once, with dedup or without. Specs are validated first, as ``enqueue_many`` validates them
-    (InvalidInput, nothing written); one round trip per :data:`REPLAY_BATCH` tasks (per shard of a
-    sharded namespace: each id goes to its own shard). Returns True
-    where this call created the task.
+def enqueue_if_absent(queue: TaskQueue, tasks: Iterable[Replayed], *,
+                      recrawl_after: float | str | None = None) -> list[bool]:
+    """Create each ``(id, spec)`` of ``queue`` under that id unless a task with it is present:
+    replaying an enqueue whose id was fixed earlier (``task_ids``) queues it once, with dedup or
+    without. Specs are validated first, as ``enqueue_many`` validates them (InvalidInput, nothing
+    written); one round trip per :data:`REPLAY_BATCH` tasks (per shard of a sharded namespace: each
+    id goes to its own shard). Returns True where this call created the task (or a new run of it).
+
+    A finished dedup id counts as present, however long ago it finished, unless the task comes as
+    ``(id, spec, requested_at)``: when the request was made (epoch seconds on the requester's clock;
+    Redis takes the earlier of it and its own). Then a task that finished at least ``recrawl_after``
+    (default the queue's ``dedup_ttl``; None there: never) before that time is queued again as a new
+    run, as ``enqueue`` would queue it; one that finished later is the run of this very request (an
+    earlier send of it arrived), and stays as it is. A remembered id's completion hour counts as
+    its end here (enqueue counts its start): a replay never starts a second run.
 
     A module function beside the queue rather than a method: it is the outbox's door, not part of the
     everyday API, and it uses the queue's own spec rules and script set.
     """
-    rows, computed = replay_rows(tasks, queue)
+    window = expiry_ms(queue.dedup_ttl if recrawl_after is None else recrawl_after, "recrawl_after")
+    rows, computed, asked = replay_rows(tasks, queue)
     if rows:
         queue._register_once()
     ancestors = queue.ancestors(rows)  # with the URL rules' check (before any write)
@@ -45,37 +64,72 @@ def enqueue_if_absent(queue: TaskQueue, tasks: Iterable[tuple[str, str | Mapping
     for row, own in zip(rows, computed, strict=True):
         if row[2] == "1" and row[0] != own and any(row[0] in ancestor_ids(row, a) for a in ancestors):
             row[0] = own
-    present = queue._carried(rows, -1)  # finished in an ancestor of a migration: a replay never recrawls
+    present = _carried(queue, rows, asked, window)
     flags: list[bool] = []
     for at in range(0, len(rows), REPLAY_BATCH):
-        batch = [rows[i] for i in range(at, min(at + REPLAY_BATCH, len(rows))) if i not in present]
-        got = [False] * len(batch)
-        for shard, positions in by_shard([row[0] for row in batch], queue.shard_count).items():
-            reply = queue._run("enqueue_if_absent", *grouped([batch[p] for p in positions]), shard=shard)
-            for p, flag in zip(positions, created_flags(reply), strict=True):
-                got[p] = flag
-        sent = iter(got)
-        flags += [False if i in present else next(sent) for i in range(at, min(at + REPLAY_BATCH, len(rows)))]
+        sent = [i for i in range(at, min(at + REPLAY_BATCH, len(rows))) if i not in present]
+        got: dict[int, bool] = {}
+        for shard, positions in by_shard([rows[i][0] for i in sent], queue.shard_count).items():
+            part = [sent[p] for p in positions]
+            times = [-1 if asked[i] is None else asked[i] for i in part] if any(
+                asked[i] is not None for i in part) else []
+            reply = queue._run("enqueue_if_absent", window, len(times), *times,
+                               *grouped([rows[i] for i in part]), shard=shard)
+            got.update(zip(part, created_flags(reply), strict=True))
+        flags += [got.get(i, False) for i in range(at, min(at + REPLAY_BATCH, len(rows)))]
     return flags
 
 
-def replay_rows(tasks: Iterable[tuple[str, str | Mapping[str, Any]]], queue: TaskQueue
-                ) -> tuple[list[Row], list[str]]:
-    """Validate ``(id, spec)`` pairs and return their rows (specs checked by the queue's rules, as
-    ``enqueue_many`` checks them) carrying the given ids, with the ids an enqueue would give them;
-    InvalidInput for a bad pair, id or spec."""
+def _carried(queue: TaskQueue, rows: list[Row], asked: list[int | None], window: int) -> set[int]:
+    """Rows whose URL an ancestor of a migration finished (``state/carried.py``): present, as the
+    script's own remembered ids are (the end of the completion hour against the request time, else
+    for good), and counted as duplicates; the others are sent to the script."""
+    if not queue._carries or not any(row[2] == "1" for row in rows):
+        return set()
+    now_ms, times = carried_times(queue.client, queue.shard_keys(), queue._carries, rows)
+    found = set()
+    for i, at in enumerate(times):
+        if at is None:
+            continue
+        when = asked[i]
+        if window < 0 or when is None or at + HOUR_MS - 1 > min(when, now_ms) - window:
+            found.add(i)
+    if found:
+        count_duplicates(queue.client, queue.shard_keys(), [rows[i][0] for i in found])
+    return found
+
+
+def replay_rows(tasks: Iterable[Replayed], queue: TaskQueue) -> tuple[list[Row], list[str], list[int | None]]:
+    """Validate ``(id, spec[, requested_at])`` tasks and return their rows (specs checked by the
+    queue's rules, as ``enqueue_many`` checks them) carrying the given ids, with the ids an enqueue
+    would give them and each request's time in ms (None when not given); InvalidInput for a bad
+    task, id, spec or time."""
     ids: list[str] = []
     specs: list[str | Mapping[str, Any]] = []
-    for pair in iter_many("tasks ((id, spec) pairs)", tasks):
-        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-            raise InvalidInput(f"each task must be an (id, spec) pair, got {type(pair).__name__}")
+    asked: list[int | None] = []
+    for pair in iter_many("tasks ((id, spec) pairs or (id, spec, requested_at) triples)", tasks):
+        if not isinstance(pair, (tuple, list)) or len(pair) not in (2, 3):
+            raise InvalidInput(f"each task must be an (id, spec) pair or an (id, spec, requested_at) "
+                               f"triple, got {type(pair).__name__}")
         ids.append(check_text("task id", pair[0], MAX_NAME_CHARS))
         specs.append(pair[1])
+        asked.append(_requested_ms(pair[2] if len(pair) == 3 else None))
     rows = queue._rows(specs, None, 0, True, queue.hosts.mode())  # host keys under the mode in force
     computed = [row[0] for row in rows]
     for row, task_id in zip(rows, ids, strict=True):
         row[0] = task_id
-    return rows, computed
+    return rows, computed, asked
+
+
+def _requested_ms(value: Any) -> int | None:
+    """A request's time (epoch seconds, None) in whole ms for the script."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0:
+        raise InvalidInput(f"requested_at must be epoch seconds (a finite number >= 0) or None, "
+                           f"got {shown(value)}")
+    return int(value * 1000)
 
 
 def created_flags(codes: Any) -> list[bool]:

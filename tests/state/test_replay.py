@@ -6,9 +6,11 @@ import pytest
 import redis
 
 from celery_ha import InvalidInput, TaskQueue
-from celery_ha.state.done_times import done_slot
+from celery_ha.state.done_times import done_hour, done_slot, remembered
+from celery_ha.state.records import Lease
 from celery_ha.state.replay import enqueue_if_absent
 from tests.support.invariants import check_invariants
+from tests.support.polling import wait_until
 from tests.support.records import drop_records, record_count
 
 
@@ -100,6 +102,10 @@ def test_the_same_id_twice_in_one_call_is_created_once(q: TaskQueue) -> None:
     [("x" * 300, "https://example.com/")],
     [("id\n1", "https://example.com/")],
     [("only-an-id",)],
+    [("id1", "https://example.com/", "yesterday")],
+    [("id1", "https://example.com/", float("nan"))],
+    [("id1", "https://example.com/", True)],
+    [("id1", "https://example.com/", 1.0, "more")],
     "https://example.com/",
 ])
 def test_bad_input_writes_nothing(q: TaskQueue, r: redis.Redis, tasks: object) -> None:
@@ -114,3 +120,98 @@ def test_large_replays_go_in_batches(q: TaskQueue) -> None:
     assert sum(enqueue_if_absent(q, list(zip(ids, specs, strict=True)))) == 2500
     assert sum(enqueue_if_absent(q, list(zip(ids, specs, strict=True)))) == 0
     assert q.stats()["queued"] == 2500
+
+
+def _redis_ms(r: redis.Redis) -> int:
+    seconds, micros = r.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def _run(q: TaskQueue, tid: str, worker: str = "w:1") -> tuple[Lease, int]:
+    """Claim and complete ``tid``; the spent lease and when the run finished (ms, Redis clock)."""
+    lease = q.claim(tid, worker)
+    assert lease is not None
+    q.complete(lease)
+    info = q.get(tid)
+    assert info.state == "completed" and info.updated_at is not None
+    return lease, round(info.updated_at * 1000)
+
+
+def test_a_request_made_past_the_dedup_ttl_starts_a_new_run_its_replay_does_not(redis_url: str,
+                                                                                 r: redis.Redis) -> None:
+    q = TaskQueue.from_url(redis_url, namespace="replay", dedup_ttl=1)
+    url = "https://example.com/daily"
+    (tid,) = q.task_ids([url])
+    asked = _redis_ms(r) / 1000
+    assert enqueue_if_absent(q, [(tid, url, asked)]) == [True]
+    first, finished = _run(q, tid)
+    wait_until(lambda: _redis_ms(r) > finished + 1000, timeout=10, what="the dedup TTL to pass")
+    # The same request again (its reply or its delete was lost): it already ran, after it was made.
+    assert enqueue_if_absent(q, [(tid, url, asked)]) == [False]
+    assert enqueue_if_absent(q, [(tid, url)]) == [False]  # no request time: a pure replay, as before
+    assert q.get(tid).state == "completed" and q.stats()["recrawled"] == 0
+
+    # A new request, made past the TTL: a new run, as enqueue would start it.
+    again = _redis_ms(r) / 1000
+    spec = {"url": url, "meta": {"run": 2}}
+    assert enqueue_if_absent(q, [(tid, spec, again), (tid, spec, again)]) == [True, False]
+    info = q.get(tid)
+    assert (info.state, info.meta, info.attempts) == ("queued", {"run": 2}, 0)
+    assert r.zscore(q.keys.completed, tid) is None and not remembered(r, q.keys, tid)
+    assert q.ready_ids() == [tid]
+    stats = q.stats()
+    assert (stats["recrawled"], stats["enqueued"], stats["duplicates"]) == (1, 2, 3)
+    check_invariants(r, q)
+    second, _ = _run(q, tid, "w:2")
+    assert second.token > first.token  # the earlier run's holder can never match the new lease
+    assert enqueue_if_absent(q, [(tid, spec, again)]) == [False]  # its replay, after its run
+    assert q.get(tid).state == "completed" and q.stats()["recrawled"] == 1
+    check_invariants(r, q)
+
+
+def test_the_recrawl_window_counts_from_the_request_not_the_push(q: TaskQueue, r: redis.Redis) -> None:
+    url = "https://example.com/late"
+    (tid,) = q.task_ids([url])
+    assert enqueue_if_absent(q, [(tid, url)]) == [True]
+    _, finished = _run(q, tid)
+    wait_until(lambda: _redis_ms(r) > finished + 50, what="the Redis clock to move on")
+    # Pushed now, made before the run finished: no new run, even with a window of 0.
+    assert enqueue_if_absent(q, [(tid, url, (finished - 20) / 1000)], recrawl_after=0) == [False]
+    # Made 50 ms after the run finished: past a window of 0, within one of 1 s.
+    assert enqueue_if_absent(q, [(tid, url, (finished + 50) / 1000)], recrawl_after=1) == [False]
+    assert q.get(tid).state == "completed"
+    # A request time ahead of the Redis clock counts as now.
+    assert enqueue_if_absent(q, [(tid, url, _redis_ms(r) / 1000 + 3600)], recrawl_after=0) == [True]
+    assert q.get(tid).state == "queued"
+    # Without dedup, a present id is this very task: never a new run.
+    (plain,) = q.task_ids([url], dedup=False)
+    spec = {"url": url, "dedup": False}
+    assert enqueue_if_absent(q, [(plain, spec)]) == [True]
+    _run(q, plain)
+    assert enqueue_if_absent(q, [(plain, spec, _redis_ms(r) / 1000)], recrawl_after=0) == [False]
+    assert q.get(plain).state == "completed"
+
+
+def test_a_remembered_hour_counts_as_its_end(redis_url: str, r: redis.Redis) -> None:
+    """Once the history forgot the record, only the completion hour is known: a request is past the
+    window only if the whole hour is (a replay must never start a second run)."""
+    q = TaskQueue.from_url(redis_url, namespace="replay", history_max=0)  # the record goes at once
+    url = "https://example.com/remembered"
+    (tid,) = q.task_ids([url])
+    assert enqueue_if_absent(q, [(tid, url)]) == [True]
+    lease = q.claim(tid, "w:1")
+    assert lease is not None
+    q.complete(lease)
+    assert record_count(r, q.keys) == 0 and remembered(r, q.keys, tid)
+    now = _redis_ms(r)
+    r.hset(*done_slot(q.keys.prefix, tid), done_hour(now) - 1)  # finished within the last two hours
+    assert enqueue_if_absent(q, [(tid, url, now / 1000)], recrawl_after="1h") == [False]
+    assert record_count(r, q.keys) == 0 and remembered(r, q.keys, tid)
+    r.hset(*done_slot(q.keys.prefix, tid), done_hour(now) - 2)  # the hour ended over an hour ago
+    assert enqueue_if_absent(q, [(tid, url, now / 1000)], recrawl_after="1h") == [True]
+    info = q.get(tid)
+    assert info.state == "queued" and not remembered(r, q.keys, tid)
+    assert q.stats()["recrawled"] == 1
+    check_invariants(r, q)
+    again = q.claim(tid, "w:2")
+    assert again is not None and again.token > max(lease.token, now)  # above every earlier run's token

@@ -20,7 +20,7 @@ from celery_ha.base.errors import InvalidInput
 from celery_ha.base.tracing import capture
 from celery_ha.base.validation import iter_many
 from celery_ha.contrib.django.models import OutboxEntry
-from celery_ha.contrib.django.outbox import Pending, push_after_commit
+from celery_ha.contrib.django.outbox import Pending, push_after_commit, requested_at
 from celery_ha.contrib.django.runtime import runtime
 
 
@@ -61,7 +61,7 @@ def enqueue_many_on_commit(specs: Iterable[str | Mapping[str, Any]], *, task: st
     entries = [OutboxEntry(namespace=queue.namespace, task_id=tid, spec=text)
                for tid, text in zip(ids, texts, strict=True)]
     OutboxEntry.objects.using(alias).bulk_create(entries)
-    rows = [Pending(entry.pk, entry.namespace, entry.task_id, spec)
+    rows = [Pending(entry.pk, entry.namespace, entry.task_id, spec, requested_at(entry.created_at))
             for entry, spec in zip(entries, resolved, strict=True)]
     transaction.on_commit(partial(push_after_commit, alias, rows), using=alias)
     return ids

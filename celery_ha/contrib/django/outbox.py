@@ -5,6 +5,16 @@ Whatever happens between the push and the delete (a lost reply, a crash, a secon
 first), a row pushed again finds its id present and changes nothing: a request is queued once, with
 dedup or without. A push that fails leaves the rows where they are; nothing here ever raises into
 the request that committed (the transaction is already committed: the request must not fail now).
+
+Every push carries when the request was made: the row's ``created_at``. A dedup task that finished
+at least the dedup TTL before it is queued again, as ``enqueue`` would queue it (the first push of a
+new request must not count as a replay of the last one); a task that finished after it ran for this
+very request, so a push repeated after its run stays a no-op. ``created_at`` is the web process's
+clock, not Redis's (the system's clock): the row is written in the transaction, before Redis is
+reached, and must be when Redis does not answer. Redis takes the earlier of the two, so a web clock
+running ahead changes nothing for a first push (one running behind delays a recrawl by its lag); a
+replay stays a no-op as long as the web clock is not ahead of Redis's by more than the dedup TTL
+(hours or days in practice: keep the clocks synced).
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from concurrent.futures import TimeoutError as PushTimeout
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import redis
@@ -39,16 +50,26 @@ _ERROR_CHARS = 500
 
 @dataclass(frozen=True)
 class Pending:
-    """One outbox row, as pushed: what ``enqueue_if_absent`` needs plus the row's key."""
+    """One outbox row, as pushed: what ``enqueue_if_absent`` needs plus the row's key. ``requested_at``
+    is when the request was made (epoch seconds, the row's ``created_at``); None pushes it as a pure
+    replay (a finished dedup task stays finished, however long ago)."""
 
     pk: Any
     namespace: str
     task_id: str
     spec: dict[str, Any]
+    requested_at: float | None = None
 
     @classmethod
     def of(cls, entry: OutboxEntry) -> Pending:
-        return cls(entry.pk, entry.namespace, entry.task_id, json.loads(entry.spec))
+        return cls(entry.pk, entry.namespace, entry.task_id, json.loads(entry.spec),
+                   requested_at(entry.created_at))
+
+
+def requested_at(created: datetime | None) -> float | None:
+    """A row's ``created_at`` as epoch seconds. A naive one (``USE_TZ = False``) is the local time
+    ``timezone.now()`` gave, which ``timestamp()`` reads back as such."""
+    return None if created is None else created.timestamp()
 
 
 @dataclass
@@ -83,7 +104,8 @@ def push(rows: Sequence[Pending]) -> list[bool]:
         queue = rt.queue(namespace)
         for start in range(0, len(positions), REPLAY_BATCH):
             part = positions[start:start + REPLAY_BATCH]
-            flags = enqueue_if_absent(queue, [(rows[i].task_id, rows[i].spec) for i in part])
+            flags = enqueue_if_absent(queue, [(rows[i].task_id, rows[i].spec, rows[i].requested_at)
+                                              for i in part])
             for i, flag in zip(part, flags, strict=True):
                 created[i] = flag
     return created

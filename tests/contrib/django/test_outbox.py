@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from celery_ha.runtime.redis_process import RedisProcess, free_port
+from celery_ha.state import TaskQueue
 from celery_ha.state.keys import QueueKeys
 from tests.contrib.django.conftest import PROJECT, Project
 from tests.support.polling import wait_until
@@ -161,3 +162,45 @@ def test_beat_relays_the_outbox(project: Project, r: redis.Redis, tmp_path: Path
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait(timeout=30)
     assert r.hget("cha:{shop}:stats", "enqueued") == "1"
+
+
+def test_a_request_past_the_dedup_ttl_crawls_again_and_a_replay_of_it_does_not(
+        project: Project, redis_url: str, r: redis.Redis) -> None:
+    """``enqueue_on_commit`` of a URL whose task finished more than DEDUP_TTL ago queues a new run,
+    as ``enqueue`` does; a row pushed again after its run (a delete lost) changes nothing, however
+    long ago that run finished."""
+    ttl = {"DJPROJ_EXTRA": json.dumps({"DEDUP_TTL": "1"})}
+    url = "https://shop.example/daily-report"
+    q = TaskQueue.from_url(redis_url, namespace="shop")
+
+    def run_it(task_id: str) -> float:
+        lease = q.claim(task_id, "w")
+        assert lease is not None
+        q.complete(lease)
+        finished = q.get(task_id).updated_at
+        assert finished is not None
+        return finished
+
+    first = project.scenario("commit_url", env=ttl, url=url)
+    assert (first["state"], first["outbox"]) == ("queued", 0)
+    finished = run_it(first["id"])
+    wait_until(lambda: _redis_seconds(r) > finished + 1.05, timeout=10, what="DEDUP_TTL (Redis clock)")
+    # The first request again, pushed past the TTL: its run finished after it was made, nothing to do.
+    replayed = project.scenario("replay_row", env=ttl, row=first["row"])
+    assert (replayed["relay"]["pushed"], replayed["relay"]["created"]) == (1, 0)
+    assert replayed["state"] == "completed" and replayed["stats"]["recrawled"] == 0
+
+    second = project.scenario("commit_url", env=ttl, url=url)  # a new request: a new run
+    assert second["id"] == first["id"]
+    assert (second["state"], second["outbox"], second["stats"]["recrawled"]) == ("queued", 0, 1)
+    assert q.ready_ids() == [first["id"]]
+    run_it(second["id"])
+    replayed = project.scenario("replay_row", env=ttl, row=second["row"])
+    assert (replayed["relay"]["created"], replayed["state"], replayed["stats"]["recrawled"]) == (
+        0, "completed", 1)
+    assert replayed["stats"]["enqueued"] == 2  # two runs, one per request
+
+
+def _redis_seconds(client: redis.Redis) -> float:
+    seconds, micros = client.time()
+    return seconds + micros / 1e6

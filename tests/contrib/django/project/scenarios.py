@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 import time
+from datetime import datetime
 from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "djproj.settings")
@@ -31,6 +32,7 @@ from celery_ha import InvalidInput  # noqa: E402
 from celery_ha.base.errors import TaskNotFound  # noqa: E402
 from celery_ha.contrib.django import enqueue_many_on_commit, enqueue_on_commit  # noqa: E402
 from celery_ha.contrib.django.models import OutboxEntry  # noqa: E402
+from celery_ha.contrib.django.outbox import relay  # noqa: E402
 from celery_ha.contrib.django.runtime import CLIENT_NAME, current_config, runtime  # noqa: E402
 
 
@@ -238,6 +240,23 @@ def traced_view() -> dict[str, Any]:
     ctx = span.get_span_context()
     return {"task": body["task"], "trace": runtime().queue().get(body["task"]).trace,
             "view": f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"}
+
+
+def commit_url(url: str) -> dict[str, Any]:
+    """One ``enqueue_on_commit`` of ``url`` in a transaction; its outbox row as written (to replay it)."""
+    with transaction.atomic():
+        tid = enqueue_on_commit(url)
+        row = OutboxEntry.objects.filter(task_id=tid).values("namespace", "task_id", "spec", "created_at")[0]
+    row["created_at"] = row["created_at"].isoformat()
+    return {"id": tid, "state": _state(tid), "outbox": _outbox(), "row": row,
+            "stats": runtime().queue().stats()}
+
+
+def replay_row(row: dict[str, Any]) -> dict[str, Any]:
+    """The row ``commit_url`` returned, back in the outbox (a push that arrived, its delete lost), relayed."""
+    OutboxEntry.objects.create(**{**row, "created_at": datetime.fromisoformat(row["created_at"])})
+    report = relay()
+    return {"relay": report.as_dict(), "state": _state(row["task_id"]), "stats": runtime().queue().stats()}
 
 
 def reset() -> dict[str, Any]:

@@ -8,8 +8,14 @@
     numargs(text) -> {number}     a space-separated ARGV string as numbers
     score_from(s, t, ln, ld, added, expires, now, K) -> score   the formula of scoring.py
     score_of(P, pid, now, K) -> score   the same, from the proxy's stored hash
+    lengthen(key, ms)             give key a TTL of ms unless it already lives longer (shared keys:
+                                  a short lease must never cut a long lease's reservation short;
+                                  PEXPIRE GT is Redis 7 only)
+    clear_domain_bans(P, pid)     lift the proxy's per-domain bans and block counts (index pd:<id>)
     forget(P, pid)                drop every trace of one proxy (expiry, explicit removal)
-    housekeeping(P, now, limit) -> leases reaped   expire proxies, empty the in-use zone of dead leases
+    bury(P, pid, now)             forget an expired proxy, keeping its ban in a tombstone tomb:<id>
+    housekeeping(P, now, limit, by_time) -> leases reaped   expire proxies, empty the in-use zone of
+                                  dead leases, and (by_time) end due temporary bans without a check
     backoff(base, cap, n, jitter) -> ms   jittered exponential backoff
     temp_ban(P, pid, now, base, cap, max_tbans, jitter, reason) -> 'tban' | 'pban'
     make_available(P, pid, now, K) -> score   (re)join the available zone (bumps the pool's
@@ -45,8 +51,39 @@ local function score_of(P, pid, now, K)
     tonumber(m[5]) or now, tonumber(m[6]) or 0, now, K)
 end
 
+-- Move a proxy (back) into the available zone, ranked by its current score.
+local function make_available(P, pid, now, K)
+  redis.call('ZREM', P .. 'tb', pid)
+  redis.call('ZREM', P .. 'new', pid)
+  redis.call('ZREM', P .. 'pb', pid)
+  local sc = score_of(P, pid, now, K)
+  redis.call('ZADD', P .. 'av', sc, pid)
+  redis.call('HSET', P .. 'm:' .. pid, 'state', 'avail', 'ban_until', 0, 'score', sc)
+  redis.call('HDEL', P .. 'm:' .. pid, 'ck') -- a health claim in flight no longer applies
+  redis.call('INCR', P .. 'gen')
+  return sc
+end
+
+-- A TTL that only ever grows: keys shared by leases of different lengths (a group's semaphore, a
+-- domain's budget) must live as long as the longest lease in them.
+local function lengthen(key, ms)
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+end
+
+-- Per-domain bans and block counts of one proxy, found through its index pd:<id> (release adds a
+-- domain when it records a block there). Unban and forget lift them; otherwise they expire by TTL.
+local function clear_domain_bans(P, pid)
+  local pd = P .. 'pd:' .. pid
+  for _, d in ipairs(redis.call('SMEMBERS', pd)) do
+    redis.call('HDEL', P .. 'blk:' .. d, pid)
+    redis.call('ZREM', P .. 'dban:' .. d, pid)
+  end
+  redis.call('DEL', pd)
+end
+
 -- Drop every trace of one proxy (used for expiry and explicit removal).
 local function forget(P, pid)
+  clear_domain_bans(P, pid)
   redis.call('ZREM', P .. 'av', pid)
   redis.call('ZREM', P .. 'new', pid)
   redis.call('ZREM', P .. 'tb', pid)
@@ -57,11 +94,33 @@ local function forget(P, pid)
   redis.call('DEL', P .. 'm:' .. pid)
 end
 
+-- How long a tombstone outlives the temporary ban it remembers (ms): a day, so a provider re-adding
+-- the proxy meanwhile gets it back banned and with its escalation count (tbans), not as fresh.
+local TOMB_MS = 86400000
+
+-- Forget a proxy whose provider lifetime ended. A banned one (or one with bans on its record) leaves
+-- a tombstone tomb:<id> that add.lua reads: a permanent ban's lives until `proxies unban`/`remove`
+-- (a few dozen bytes each), a temporary one's until a day after its ban ends.
+local function bury(P, pid, now)
+  local m = redis.call('HMGET', P .. 'm:' .. pid, 'state', 'tbans', 'ban_until', 'ban_reason')
+  local tbans = tonumber(m[2]) or 0
+  if m[1] == 'pban' or m[1] == 'tban' or tbans > 0 then
+    local tk = P .. 'tomb:' .. pid
+    redis.call('DEL', tk)
+    redis.call('HSET', tk, 'state', m[1], 'tbans', tbans, 'ban_until', m[3] or 0, 'ban_reason', m[4] or '')
+    if m[1] ~= 'pban' then
+      redis.call('PEXPIRE', tk, math.max(0, (tonumber(m[3]) or 0) - now) + TOMB_MS)
+    end
+  end
+  forget(P, pid)
+end
+
 -- Bounded housekeeping run by acquire: proxies whose provider lifetime ended, and leases whose
--- borrower died (their lock keys already expired by TTL; this empties the in-use zone).
-local function housekeeping(P, now, limit)
+-- borrower died (their lock keys already expired by TTL; this empties the in-use zone). With by_time
+-- (no health check configured), temporary bans whose time is up end here: nothing else would end them.
+local function housekeeping(P, now, limit, by_time, K)
   local gone = redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now, 'LIMIT', 0, limit)
-  for _, pid in ipairs(gone) do forget(P, pid) end
+  for _, pid in ipairs(gone) do bury(P, pid, now) end
   if #gone > 0 then redis.call('HINCRBY', P .. 'stats', 'expired', #gone) end
   local dead = redis.call('ZRANGEBYSCORE', P .. 'iu', '-inf', now, 'LIMIT', 0, limit)
   for _, member in ipairs(dead) do
@@ -72,6 +131,11 @@ local function housekeeping(P, now, limit)
     end
   end
   if #dead > 0 then redis.call('HINCRBY', P .. 'stats', 'reaped', #dead) end
+  if by_time then
+    local due = redis.call('ZRANGEBYSCORE', P .. 'tb', '-inf', now, 'LIMIT', 0, limit)
+    for _, pid in ipairs(due) do make_available(P, pid, now, K) end
+    if #due > 0 then redis.call('HINCRBY', P .. 'stats', 'unbanned_by_time', #due) end
+  end
   return #dead
 end
 
@@ -90,6 +154,7 @@ local function temp_ban(P, pid, now, base, cap, max_tbans, jitter, reason)
   redis.call('ZREM', P .. 'av', pid)
   redis.call('ZREM', P .. 'new', pid)
   redis.call('HSET', mk, 'cf', 0, 'okst', 0, 'ban_reason', reason)
+  redis.call('HDEL', mk, 'ck') -- a health claim in flight no longer applies
   if n > max_tbans then
     redis.call('ZREM', P .. 'tb', pid)
     redis.call('ZADD', P .. 'pb', now, pid)
@@ -102,16 +167,4 @@ local function temp_ban(P, pid, now, base, cap, max_tbans, jitter, reason)
   redis.call('HSET', mk, 'state', 'tban', 'ban_until', untl)
   redis.call('HINCRBY', P .. 'stats', 'banned_temporarily', 1)
   return 'tban'
-end
-
--- Move a proxy (back) into the available zone, ranked by its current score.
-local function make_available(P, pid, now, K)
-  redis.call('ZREM', P .. 'tb', pid)
-  redis.call('ZREM', P .. 'new', pid)
-  redis.call('ZREM', P .. 'pb', pid)
-  local sc = score_of(P, pid, now, K)
-  redis.call('ZADD', P .. 'av', sc, pid)
-  redis.call('HSET', P .. 'm:' .. pid, 'state', 'avail', 'ban_until', 0, 'score', sc)
-  redis.call('INCR', P .. 'gen')
-  return sc
 end

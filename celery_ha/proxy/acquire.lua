@@ -5,9 +5,11 @@
   than n requests inside any window, however late a request leaves the worker.
   KEYS[1] the available zone (routes the call; every other key shares its {ns} hash tag)
   KEYS[2] the domain counters (hash: "a:<domain>" leases granted, "n:<domain>" refusals), read by
-    celery_ha/proxy/metrics.py
-  Same slot: the keys it builds (all, bud:<domain>, cd:<domain>, dban:<domain>, dcfg, dx:<domain>, exp,
-    gcap, gen, grp, iu, lk:<id>|<domain>, m:<id>, new, pb, rw:<id>|<domain>, sem:<group>, stats, tb, each under
+    celery_ha/proxy/metrics.py; at most DOM_FIELDS fields: a new domain beyond that counts under
+    "a:~other" / "n:~other", so the hash (read whole by every metrics scrape) stays bounded
+  Same slot: the keys it builds (all, blk:<domain>, bud:<domain>, cd:<domain>, dban:<domain>, dcfg,
+    dx:<domain>, exp, gcap, gen, grp, iu, lk:<id>|<domain>, m:<id>, new, pb, pd:<id>, rw:<id>|<domain>,
+    sem:<group>, stats, tb, tomb:<id>, each under
     cha:{ns}:px:) are named from ARGV[1], the prefix KEYS[1] starts with ({hash tag} included), so they
     share KEYS[1]'s slot (_common checks it).
   ARGV[1] the pool's key prefix
@@ -21,10 +23,14 @@
   ARGV[9] proxy ids the caller must not get (space separated, may be empty)
   ARGV[10] domain budget: requests per window across all proxies (0 = none)
   ARGV[11] budget window (ms)
+  ARGV[12] '1': temporary bans whose time is up end in housekeeping (no health check configured)
+  ARGV[13] score constants (scoring.py SCORE_ARG)
   Reply: {'ok', pid, token, url, lease_expiry_ms, now_ms} on success, or
     {'none', retry_after_ms, reason} with reason 'budget' (the domain's budget is spent), 'empty' (no
     available proxy at all), 'excluded' (every available proxy was excluded by the caller) or 'busy'
     (locked, rate-limited, cooling down, banned for the domain or group full)
+  The token of a lease on a group's proxy is ARGV[4] .. '/' .. group (tokens never hold '/'): release
+    frees the group's slot by it even when the proxy (and its group entry) is gone meanwhile.
 ]]
 --#include _common
 local P, domain, worker, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -32,7 +38,7 @@ local lock_ttl, rn, rw, margin = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(
 local bn, bw = tonumber(ARGV[10]), tonumber(ARGV[11])
 local av = KEYS[1]
 local now = now_ms()
-housekeeping(P, now, 20)
+housekeeping(P, now, 20, ARGV[12] == '1', numargs(ARGV[13]))
 
 local override = redis.call('HGET', P .. 'dcfg', domain)
 if override then
@@ -43,10 +49,19 @@ end
 
 local stats = P .. 'stats'
 local bud = P .. 'bud:' .. domain
--- A refusal: counted for the pool and for the domain (one HINCRBY each).
+local DOM_FIELDS = 4000
+-- A grant ('a') or refusal ('n') for this domain, in a hash of bounded size.
+local function count_domain(kind)
+  local f = kind .. ':' .. domain
+  if redis.call('HLEN', KEYS[2]) >= DOM_FIELDS and redis.call('HEXISTS', KEYS[2], f) == 0 then
+    f = kind .. ':~other'
+  end
+  redis.call('HINCRBY', KEYS[2], f, 1)
+end
+-- A refusal: counted for the pool and for the domain.
 local function refuse(wait, why)
   redis.call('HINCRBY', stats, 'no_proxy', 1)
-  redis.call('HINCRBY', KEYS[2], 'n:' .. domain, 1)
+  count_domain('n')
   return {'none', wait, why}
 end
 if bn > 0 then
@@ -128,7 +143,7 @@ while #ids > 0 do
           -- now, since its release re-stamps it soon; the window is checked again when this passes.
           local reopen = math.max(now + 1, math.min(tonumber(o[2]), now) + rw + margin)
           redis.call('ZADD', cdk, reopen, pid)
-          redis.call('PEXPIRE', cdk, lock_ttl + rw + margin + 1000)
+          lengthen(cdk, lock_ttl + rw + margin + 1000)
           note(reopen - now)
           break
         end
@@ -151,22 +166,23 @@ while #ids > 0 do
       end
       -- Take it.
       local exp = now + lock_ttl
+      if sem then token = token .. '/' .. grp end
       redis.call('SET', lk, token, 'PX', lock_ttl)
       redis.call('ZADD', win, exp, token)
-      redis.call('PEXPIRE', win, lock_ttl + rw + margin + 1000)
+      lengthen(win, lock_ttl + rw + margin + 1000)
       if bn > 0 then
         redis.call('ZADD', bud, exp, token)
-        redis.call('PEXPIRE', bud, lock_ttl + bw + margin + 1000)
+        lengthen(bud, lock_ttl + bw + margin + 1000)
       end
       if sem then
         redis.call('ZADD', sem, exp, token)
-        redis.call('PEXPIRE', sem, lock_ttl + 1000)
+        lengthen(sem, lock_ttl + 1000)
       end
       redis.call('ZADD', P .. 'iu', exp, pid .. '|' .. domain .. '|' .. token)
       local mk = P .. 'm:' .. pid
       redis.call('HSET', mk, 'last_used_by', worker, 'last_used_at', now)
       redis.call('HINCRBY', mk, 'n_acq', 1)
-      redis.call('HINCRBY', KEYS[2], 'a:' .. domain, 1)
+      count_domain('a')
       return {'ok', pid, token, redis.call('HGET', mk, 'url'), exp, now}
     until true
   end

@@ -18,6 +18,7 @@ local now = now_ms()
 redis.call('ZREM', KEYS[1], pid)
 redis.call('ZREM', P .. 'new', pid)
 redis.call('HSET', mk, 'ban_reason', reason)
+redis.call('HDEL', mk, 'ck') -- a health probe in flight must not undo this ban
 redis.call('HINCRBY', KEYS[2], 'banned_manual', 1)
 if ms > 0 then
   redis.call('ZREM', P .. 'pb', pid)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from celery_ha.base.errors import InvalidInput
 from celery_ha.base.settings import Settings
 from celery_ha.base.validation import check_int, check_number, check_seconds, parse_rate
 from celery_ha.proxy.validation import normalize_domain
@@ -29,6 +30,10 @@ class PoolConfig:
     max_temp_bans: int = 5  # the next ban after this many is permanent
     block_ban_base: float = 60.0  # per-domain cool-down after a block (401/403/429/captcha)
     block_ban_cap: float = 3600.0
+    # Temporary bans end by time alone (in acquire's housekeeping) instead of after a passed health
+    # check. None: True when CELERY_HA_PROXY_CHECK_URL is unset, since then no check ever runs and a
+    # "temporary" ban would never end.
+    unban_by_time: bool | None = None
 
     def __post_init__(self) -> None:
         self.rate = parse_rate(self.rate, "proxy rate")
@@ -45,6 +50,10 @@ class PoolConfig:
         self.window_margin = check_number("window_margin", self.window_margin, 0, 3600, unit="seconds")
         self.max_fails = check_int("max_fails", self.max_fails, 1, 1000)
         self.max_temp_bans = check_int("max_temp_bans", self.max_temp_bans, 0, 1000)
+        if self.unban_by_time is None:
+            self.unban_by_time = not Settings.one("proxy_check_url")
+        elif not isinstance(self.unban_by_time, bool):
+            raise InvalidInput(f"unban_by_time must be True, False or None, got {self.unban_by_time!r}")
         # Built once: release is the hot path and sends this with every call.
         self._release_arg = " ".join(
             str(int(v))

@@ -19,6 +19,7 @@ import requests
 
 from celery_ha.base.errors import InvalidInput
 from celery_ha.base.masking import mask_url
+from celery_ha.base.validation import check_int, check_number
 from celery_ha.proxy.pool import ProxyPool
 
 log = logging.getLogger(__name__)
@@ -69,21 +70,24 @@ def check_proxies(
     """Probe up to ``limit`` due proxies (expired temporary bans, then new ones), ``concurrency`` at a time,
     each with ``timeout`` seconds; restore or demote each one. Returns a :class:`HealthReport`.
     """
-    if not check_url.startswith(("http://", "https://")):
-        raise InvalidInput(f"check_url must be an http(s) URL, got {mask_url(check_url)!r}")
-    if concurrency < 1 or timeout <= 0 or limit < 1:
-        raise InvalidInput("concurrency and limit must be >= 1, timeout > 0")
-    # The claim outlives every probe, so a second checker never picks these proxies up meanwhile.
-    claim_seconds = timeout * (limit / concurrency + 2) + 5
+    if not isinstance(check_url, str) or not check_url.startswith(("http://", "https://")):
+        shown = mask_url(check_url) if isinstance(check_url, str) else type(check_url).__name__
+        raise InvalidInput(f"check_url must be an http(s) URL, got {shown!r}")
+    concurrency = check_int("concurrency", concurrency, 1, 1000)
+    limit = check_int("limit", limit, 1, 100_000)
+    timeout = check_number("timeout", timeout, 0.001, 3600, unit="seconds")
+    # The claim outlives every probe, so a second checker never picks these proxies up meanwhile; at
+    # most a day (health_claim's bound): a slower run's late results are skipped by their claim stamps.
+    claim_seconds = min(86_400.0, timeout * (limit / concurrency + 2) + 5)
     due = pool.claim_for_check(limit=limit, claim_seconds=claim_seconds)
     report = HealthReport(checked=len(due))
     if not due:
         return report
 
-    def run(item: tuple[str, str, str, str]) -> tuple[str, str]:
-        pid, url, _zone, _source = item
+    def run(item: tuple[str, str, str, str, str]) -> tuple[str, str]:
+        pid, url, _zone, _source, claim = item
         passed, latency = probe(url, check_url, timeout, expect_status, expect_text)
-        return pid, pool.record_check(pid, passed, latency)
+        return pid, pool.record_check(pid, passed, latency, claim)
 
     with ThreadPoolExecutor(max_workers=min(concurrency, len(due)), thread_name_prefix="proxy-check") as ex:
         for pid, state in ex.map(run, due):

@@ -12,16 +12,20 @@
   ARGV[5] jitter in [0, 1) for the ban backoff
   ARGV[6] "ban_base_ms ban_cap_ms max_temp_bans"
   ARGV[7] score constants (scoring.py SCORE_ARG)
-  Reply: the new state 'avail', 'tban' or 'pban', or 'skip' when the proxy left the checked zones
-    meanwhile (unbanned, removed)
+  ARGV[8] the claim stamp health_claim handed out ('' = whichever claim is current)
+  Reply: the new state 'avail', 'tban' or 'pban', or 'skip' when the claim no longer holds: the proxy
+    left the checked zones, or was banned, unbanned or claimed again while it was probed
 ]]
 --#include _common
 local P, pid, ok, latency, jitter = ARGV[1], ARGV[2], ARGV[3] == '1', tonumber(ARGV[4]), tonumber(ARGV[5])
 local cfg = numargs(ARGV[6])
 local K = numargs(ARGV[7])
 local mk = P .. 'm:' .. pid
-local state = redis.call('HGET', mk, 'state')
+local cur = redis.call('HMGET', mk, 'state', 'ck')
+local state = cur[1]
 if state ~= 'tban' and state ~= 'new' then return 'skip' end
+if not cur[2] or (ARGV[8] ~= '' and ARGV[8] ~= cur[2]) then return 'skip' end
+redis.call('HDEL', mk, 'ck')
 local now = now_ms()
 redis.call('HSET', mk, 'last_check_at', now, 'last_check_ok', ok and 1 or 0)
 if ok then

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import random
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -43,11 +44,15 @@ from celery_ha.proxy.validation import (
     MAX_PROXY_SECONDS,
     ProxySpec,
     check_exclude,
+    check_lifetimes,
+    check_specs,
     normalize_domain,
     parse_proxy_url,
 )
 from celery_ha.redisio.client import client_address, redis_client
 from celery_ha.redisio.scripts import ScriptSet
+
+log = logging.getLogger(__name__)
 
 #: Longest request latency release() takes (ms): a day; anything longer is a caller's bug.
 MAX_LATENCY_MS = 86_400_000
@@ -142,20 +147,8 @@ class ProxyPool:
             check_text("group", group, 64)
         if group_cap is not None and (group is None or check_int("group_cap", group_cap, 1, 10**6) < 1):
             raise InvalidInput("group_cap needs a group and must be >= 1")
-        lifetimes = ttls or {}
-        if not isinstance(lifetimes, Mapping):
-            raise InvalidInput(f"ttls must map proxy ids to seconds, got {type(lifetimes).__name__}")
-        for life in lifetimes.values():
-            check_number("ttl", life, 0, MAX_PROXY_SECONDS)
-        if isinstance(specs, (str, bytes)):
-            raise InvalidInput("specs must be a list of ProxySpec, not one string")
-        try:
-            specs = list(specs)
-        except TypeError:
-            raise InvalidInput(f"specs must be a list of ProxySpec, got {type(specs).__name__}") from None
-        for spec in specs:
-            if not isinstance(spec, ProxySpec):
-                raise InvalidInput(f"each proxy must be a ProxySpec, got {type(spec).__name__}")
+        lifetimes = check_lifetimes(ttls)
+        specs = check_specs(specs)
         items = [
             add_item(spec, source=source, lifetime=lifetimes.get(spec.id, ttl), verify=verify, group=group)
             for spec in specs
@@ -163,9 +156,11 @@ class ProxyPool:
         if not items:
             return {"added": 0, "updated": 0, "skipped": 0}
         caps = {group: int(group_cap)} if group and group_cap else {}
-        added, updated, skipped = self.scripts.add(
+        added, updated, skipped, conflicts = self.scripts.add(
             keys=[self.keys.available], args=[self.prefix, json.dumps(items), json.dumps(caps), SCORE_ARG]
         )
+        if int(conflicts):  # an id is never moved between groups (two providers' caps would mix)
+            log.warning("proxy add: %d id(s) already belong to another group; left there", int(conflicts))
         return {"added": int(added), "updated": int(updated), "skipped": int(skipped)}
 
     def remove(self, proxy: str) -> bool:
@@ -193,9 +188,9 @@ class ProxyPool:
         """Lift every ban and failure count of a proxy; returns its score in the available zone."""
         pid = self.resolve(proxy)
         sc = self.scripts.unban(keys=[self.keys.available], args=[self.prefix, pid, SCORE_ARG])
-        if not sc:
+        if sc is None:
             raise InvalidInput(f"unknown proxy {pid!r}")
-        return float(sc)
+        return float(sc or 0.0)  # '': only the ban an expired proxy left behind was lifted
 
     def resolve(self, proxy: str) -> str:
         """A proxy id from an id (``host:port[~session]``) or a proxy URL."""
@@ -273,6 +268,8 @@ class ProxyPool:
                 excluded,
                 bn,
                 int(bw * 1000),
+                1 if cfg.unban_by_time else 0,
+                SCORE_ARG,
             ],
         )
         if res[0] != "ok":
@@ -334,21 +331,25 @@ class ProxyPool:
     def reap(self, limit: int = 1000) -> int:
         """Empty the in-use zone of leases whose borrower died; returns how many."""
         limit = check_int("limit", limit, 1, 100_000)
-        return int(self.scripts.reap(keys=[self.keys.available], args=[self.prefix, limit]))
+        args = [self.prefix, limit, 1 if self.config.unban_by_time else 0, SCORE_ARG]
+        return int(self.scripts.reap(keys=[self.keys.available], args=args))
 
     # ------------------------------------------------------------------ health-check plumbing
     def claim_for_check(
         self, limit: int = 50, claim_seconds: float = 60.0
-    ) -> list[tuple[str, str, str, str]]:
-        """Claim due proxies for a health check: [(id, url, zone, source)] (url with credentials)."""
+    ) -> list[tuple[str, str, str, str, str]]:
+        """Claim due proxies for a health check: [(id, url, zone, source, claim)] (url with credentials;
+        pass ``claim`` to :meth:`record_check`, so a ban made meanwhile is not undone by the probe)."""
         limit = check_int("limit", limit, 1, 100_000)
         claim_ms = int(check_seconds("claim_seconds", claim_seconds, high=86_400) * 1000)
         flat = self.scripts.health_claim(keys=[self.keys.available], args=[self.prefix, limit, claim_ms])
-        return [tuple(flat[i : i + 4]) for i in range(0, len(flat), 4)]  # type: ignore[misc]
+        return [tuple(flat[i : i + 5]) for i in range(0, len(flat), 5)]  # type: ignore[misc]
 
-    def record_check(self, proxy_id: str, ok: bool, latency_ms: float = 0.0) -> str:
-        """Fold one health-check result: restore ('avail') or demote ('tban'/'pban')."""
+    def record_check(self, proxy_id: str, ok: bool, latency_ms: float = 0.0, claim: str = "") -> str:
+        """Fold one health-check result: restore ('avail') or demote ('tban'/'pban'); 'skip' when the
+        claim no longer holds (banned, unbanned or claimed again meanwhile)."""
         proxy_id = check_text("proxy id", proxy_id)
+        claim = check_text("claim", claim, 64, empty=True)
         if not isinstance(ok, bool):
             raise InvalidInput(f"ok must be True or False, got {type(ok).__name__}")
         latency_ms = check_number("latency_ms", latency_ms, 0, 3_600_000, unit="ms")
@@ -363,6 +364,7 @@ class ProxyPool:
                     random.random(),
                     self.config.health_ban_arg,
                     SCORE_ARG,
+                    claim,
                 ],
             )
         )

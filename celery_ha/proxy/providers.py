@@ -20,8 +20,9 @@ import requests
 
 from celery_ha.base.errors import InvalidInput
 from celery_ha.base.masking import mask_url
+from celery_ha.base.validation import check_int
 from celery_ha.proxy.pool import ProxyPool
-from celery_ha.proxy.validation import ProxySpec, parse_proxy_url
+from celery_ha.proxy.validation import MAX_PROXY_SECONDS, ProxySpec, parse_proxy_url
 from celery_ha.redisio.lock import try_lock, unlock
 
 log = logging.getLogger(__name__)
@@ -85,9 +86,13 @@ class TunnelProvider:
         """One validated spec per sticky session (or the one endpoint without a placeholder)."""
         if "{session}" not in self.url:
             return [parse_proxy_url(self.url)]
-        if not 1 <= self.sessions <= 10000:
-            raise InvalidInput("sessions must be 1-10000")
-        tags = self.session_tags or [f"{self.name}{i}" for i in range(self.sessions)]
+        check_int("sessions", self.sessions, 1, 10000)
+        # "<name>s<i>": i is all digits, so the last 's' splits any tag back into (name, i), and two
+        # providers on one endpoint never share a session ("t1" + "0" and "t" + "10" once did). A
+        # letter, not '-' or '_': providers often take only letters and digits in a session id.
+        tags = self.session_tags or [f"{self.name}s{i}" for i in range(self.sessions)]
+        if len(set(tags)) != len(tags):
+            raise InvalidInput("session tags must be unique (one pool entry per sticky session)")
         head = self.url.split("@", 1)[0]
         if "{session}" not in head:
             raise InvalidInput("the {session} placeholder must be in the username of the tunnel URL")
@@ -95,8 +100,9 @@ class TunnelProvider:
 
     def install(self, pool: ProxyPool) -> dict[str, int]:
         """Add the sessions as one group whose cap every worker shares; returns the add counts."""
-        if not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", self.name) or self.concurrency < 1:
-            raise InvalidInput("tunnel name must be 1-32 letters/digits/_/- and concurrency >= 1")
+        if not isinstance(self.name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", self.name):
+            raise InvalidInput("tunnel name must be 1-32 letters/digits/_/-")
+        check_int("tunnel concurrency", self.concurrency, 1, 10**6)
         return pool.add_specs(
             self.specs(), source="tunnel", ttl=self.session_ttl, group=self.name, group_cap=self.concurrency
         )
@@ -190,6 +196,8 @@ class ApiProvider:
             return [], {}
         try:
             data: Any = json.loads(text)
+        except RecursionError:  # a JSON bomb: one "unusable response" line, like any garbage
+            raise InvalidInput("JSON nested too deeply") from None
         except ValueError:
             if not re.fullmatch(r"[\w.:\-\s]+", text):
                 raise InvalidInput("neither JSON nor ip:port lines") from None
@@ -218,11 +226,22 @@ class ApiProvider:
             auth = f"{self.username}:{self.password}@" if self.username else ""
             spec = parse_proxy_url(f"{self.scheme}://{auth}{address.strip()}")
             specs.append(spec)
-            if isinstance(expire, (int, float)) and expire > 0:
-                left = expire - time.time() if expire > 1e9 else float(expire)
-                if left > 0:
-                    ttls[spec.id] = left
+            if isinstance(expire, (int, float)) and not isinstance(expire, bool) and expire > 0:
+                ttls_left = _seconds_left(float(expire))
+                if ttls_left > 0:
+                    ttls[spec.id] = ttls_left
         return specs, ttls
+
+
+def _seconds_left(expire: float) -> float:
+    """An API's expiry as seconds from now: seconds left, a UNIX time in seconds, or one in ms (some
+    APIs send ``Date.now()``-style stamps). Beyond the pool's longest lifetime it is garbage."""
+    if expire > 1e12:
+        expire /= 1000.0
+    left = expire - time.time() if expire > 1e9 else expire
+    if left > MAX_PROXY_SECONDS:
+        raise InvalidInput(f"expiry {expire:.0f} is more than {MAX_PROXY_SECONDS} s away")
+    return left
 
 
 # ---------------------------------------------------------------------------------------------- free lists
@@ -282,7 +301,13 @@ class FreeListProvider:
         out: list[tuple[str, float]] = []
         stripped = text.strip()
         if stripped.startswith("["):
-            for item in json.loads(stripped):
+            try:
+                items = json.loads(stripped)
+            except (ValueError, RecursionError):
+                raise InvalidInput("free list: not valid JSON") from None
+            for item in items:
+                if not isinstance(item, dict) or "ip" not in item or "port" not in item:
+                    raise InvalidInput("free list: each JSON entry needs an 'ip' and a 'port'")
                 out.append((f"{item['ip']}:{item['port']}", parse_alive(str(item.get("alive", "0")))))
             return out
         for line in text.splitlines():

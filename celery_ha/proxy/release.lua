@@ -3,13 +3,14 @@
   into the proxy's statistics, score and ban state.
   KEYS[1] the available zone
   Same slot: the keys it builds (blk:<domain>, bud:<domain>, dban:<domain>, dx:<domain>, gen, grp, iu,
-    lk:<id>|<domain>, m:<id>, new, pb, rw:<id>|<domain>, sem:<group>, stats, tb, each under cha:{ns}:px:) are named from
+    lk:<id>|<domain>, m:<id>, new, pb, pd:<id>, rw:<id>|<domain>, sem:<group>, stats, tb, each under
+    cha:{ns}:px:) are named from
     ARGV[1], the prefix KEYS[1] starts with ({hash tag} included), so they share KEYS[1]'s slot (_common
     checks it).
   ARGV[1] the pool's key prefix
   ARGV[2] the proxy id
   ARGV[3] the domain
-  ARGV[4] the lease token
+  ARGV[4] the lease token ('<token>/<group>' for a group's proxy: the slot to free is named in it)
   ARGV[5] outcome: ok | permanent | blocked | server | transport | aborted | unused
   ARGV[6] latency (ms; -1 = unknown)
   ARGV[7] HTTP status (0 = none)
@@ -51,7 +52,9 @@ end
 -- judged this window; the next acquire judges it afresh from the re-stamped hits. The domain's
 -- exhausted marker goes (the lock is free now), and a freed group slot may serve any domain.
 redis.call('DEL', P .. 'dx:' .. domain)
-local grp = redis.call('HGET', P .. 'grp', pid)
+-- The group named in the token, not the proxy's current one: a session removed or expired while
+-- borrowed has no group entry left, and its slot must still free now, not at lease expiry.
+local grp = string.match(token, '/(.+)$') or redis.call('HGET', P .. 'grp', pid)
 if grp and redis.call('ZREM', P .. 'sem:' .. grp, token) == 1 then redis.call('INCR', P .. 'gen') end
 
 if not (mine or live) then return {'stale', '', ''} end
@@ -89,12 +92,22 @@ elseif outcome == 'transport' then
   counter = 'n_tr'
 elseif outcome == 'blocked' then
   -- The site refused this exit: counts against the proxy for this domain only.
-  local c = redis.call('HINCRBY', P .. 'blk:' .. domain, pid, 1)
+  local blk = P .. 'blk:' .. domain
+  local c = redis.call('HINCRBY', blk, pid, 1)
   local d = backoff(blk_base, blk_cap, c, jitter)
   if retry_ms > d then d = retry_ms end
   local dban = P .. 'dban:' .. domain
   redis.call('ZADD', dban, now + d, pid)
-  if redis.call('PTTL', dban) < d + 1000 then redis.call('PEXPIRE', dban, d + 1000) end -- never shorten
+  lengthen(dban, d + 1000)
+  -- Block counts are forgotten two caps after the domain's last block: the doubling has long
+  -- reached its cap by then, and the domain's keys must not outlive its proxies for ever.
+  local keep = 2 * math.max(blk_cap, d) + 1000
+  lengthen(blk, keep)
+  -- The proxy's index of blocked domains (unban/forget lift them), bounded: beyond 1000 domains
+  -- the entries are left to their TTLs.
+  local pd = P .. 'pd:' .. pid
+  if redis.call('SCARD', pd) < 1000 then redis.call('SADD', pd, domain) end
+  lengthen(pd, keep)
   counter = 'n_blk'
 elseif outcome == 'server' then
   -- 5xx: the site's trouble, not the proxy's; recorded, score untouched.

@@ -9,6 +9,7 @@ rule every layer shares.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote, urlsplit
 
@@ -16,7 +17,7 @@ from celery_ha.base.errors import InvalidInput
 from celery_ha.base.hosts import normalize_domain as normalize_domain  # re-exported: the pool's name
 from celery_ha.base.hosts import valid_host
 from celery_ha.base.masking import mask_url
-from celery_ha.base.validation import MAX_URL_BYTES, check_text
+from celery_ha.base.validation import MAX_URL_BYTES, check_number, check_text
 from celery_ha.base.validation import shown as _shown
 
 SCHEMES = ("http", "https", "socks5", "socks5h", "socks4")
@@ -125,3 +126,27 @@ def check_exclude(exclude: object) -> str:
     if not (joined.isascii() and joined.isprintable()):
         check_text("exclude", joined, len(joined))
     return joined
+
+
+def check_specs(specs: object) -> list[ProxySpec]:
+    """A batch of validated specs as a list: checked whole before any is written."""
+    if isinstance(specs, (str, bytes)):
+        raise InvalidInput("specs must be a list of ProxySpec, not one string")
+    try:
+        out = list(specs)  # type: ignore[call-overload]
+    except TypeError:
+        raise InvalidInput(f"specs must be a list of ProxySpec, got {type(specs).__name__}") from None
+    for spec in out:
+        if not isinstance(spec, ProxySpec):
+            raise InvalidInput(f"each proxy must be a ProxySpec, got {type(spec).__name__}")
+    return out
+
+
+def check_lifetimes(ttls: object) -> Mapping[str, float]:
+    """Per-id provider lifetimes (seconds, API providers): each finite, 0..MAX_PROXY_SECONDS."""
+    lifetimes = ttls or {}
+    if not isinstance(lifetimes, Mapping):
+        raise InvalidInput(f"ttls must map proxy ids to seconds, got {type(lifetimes).__name__}")
+    for life in lifetimes.values():
+        check_number("ttl", life, 0, MAX_PROXY_SECONDS)
+    return lifetimes

@@ -163,7 +163,9 @@ def test_dead_proxy_is_banned_until_ban_expires_and_a_check_passes(redis_url: st
     dead = farm.proxies[0]
     dead.alive = False
     try:
-        pool = pool_for(redis_url, rate=(1, 30.0), max_fails=1, ban_base=0.6, ban_cap=5.0)
+        # A health check is configured (CELERY_HA_PROXY_CHECK_URL): a ban then ends only by a check.
+        pool = pool_for(redis_url, rate=(1, 30.0), max_fails=1, ban_base=0.6, ban_cap=5.0,
+                        unban_by_time=False)
         pool.add_many(farm.urls)
         dead_id = f"127.0.0.1:{dead.port}"
         fetcher = Fetcher(pool, obey_robots=False, backoff_base=0.0, max_wait=0.3)

@@ -56,7 +56,7 @@ def test_tunnel_sticky_sessions_with_auth(
     )
     assert provider.install(pool)["added"] == 4
     ids = sorted(r.smembers(P + "all"))
-    assert ids == [f"127.0.0.1:{tunnel.port}~tun{i}" for i in range(4)]
+    assert ids == [f"127.0.0.1:{tunnel.port}~tuns{i}" for i in range(4)]
     assert r.hget(P + "gcap", "tun") == "2" and all(r.hget(P + "grp", i) == "tun" for i in ids)
     caplog.set_level(logging.DEBUG)
     fetcher = Fetcher(pool, obey_robots=False, backoff_base=0.0)

@@ -116,7 +116,10 @@ def ban(obj: CLIContext, proxy: str, seconds: float | None, reason: str) -> None
 def unban(obj: CLIContext, proxy: str) -> None:
     """Put a proxy back in rotation, clearing its bans and failure counts."""
     score = obj.pool.unban(proxy)
-    click.echo(f"{mask_url(proxy)}: available again (score {score:.3f})")
+    if score is None:
+        click.echo(f"{mask_url(proxy)}: ban lifted (it left the pool: its provider may add it again)")
+    else:
+        click.echo(f"{mask_url(proxy)}: available again (score {score:.3f})")
 
 
 @command.command("remove")

@@ -184,13 +184,15 @@ class ProxyPool:
             raise InvalidInput(f"unknown proxy {pid!r}")
         return str(state)
 
-    def unban(self, proxy: str) -> float:
-        """Lift every ban and failure count of a proxy; returns its score in the available zone."""
+    def unban(self, proxy: str) -> float | None:
+        """Lift every ban and failure count of a proxy; returns its score in the available zone, or
+        None when only the ban a proxy that left the pool (expired) left behind was lifted: its
+        provider may add it again."""
         pid = self.resolve(proxy)
         sc = self.scripts.unban(keys=[self.keys.available], args=[self.prefix, pid, SCORE_ARG])
         if sc is None:
             raise InvalidInput(f"unknown proxy {pid!r}")
-        return float(sc or 0.0)  # '': only the ban an expired proxy left behind was lifted
+        return None if sc in ("", b"") else float(sc)
 
     def resolve(self, proxy: str) -> str:
         """A proxy id from an id (``host:port[~session]``) or a proxy URL."""

@@ -93,7 +93,7 @@ def test_a_banned_proxy_that_expires_keeps_its_ban_when_its_provider_adds_it_aga
     assert r.zscore(P + "tb", temp) == until and r.exists(P + "tomb:" + temp) == 0
     assert refusal(pool, "x.example") == "empty"
 
-    assert pool.unban(perm) == 0.0  # lifts the tombstone: the provider may add it again
+    assert pool.unban(perm) is None  # lifts the tombstone: the provider may add it again
     assert pool.add("http://10.1.2.3:8080") == perm
     assert pool.acquire("x.example").proxy_id == perm
 

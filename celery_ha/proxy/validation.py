@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from celery_ha.base.errors import InvalidInput
@@ -113,12 +114,7 @@ def check_exclude(exclude: object) -> str:
     (it would be read as its characters)."""
     if not exclude:
         return ""
-    if isinstance(exclude, (str, bytes)):
-        raise InvalidInput("exclude must be a list of proxy ids, not one string")
-    try:
-        ids = list(exclude)  # type: ignore[call-overload]
-    except TypeError:
-        raise InvalidInput(f"exclude must be a list of proxy ids, got {type(exclude).__name__}") from None
+    ids = _as_list(exclude, "exclude", "proxy ids")
     for pid in ids:
         if not isinstance(pid, str) or not pid or " " in pid:
             raise InvalidInput(f"exclude holds {_shown(pid)}: each must be a proxy id (host:port)")
@@ -130,12 +126,7 @@ def check_exclude(exclude: object) -> str:
 
 def check_specs(specs: object) -> list[ProxySpec]:
     """A batch of validated specs as a list: checked whole before any is written."""
-    if isinstance(specs, (str, bytes)):
-        raise InvalidInput("specs must be a list of ProxySpec, not one string")
-    try:
-        out = list(specs)  # type: ignore[call-overload]
-    except TypeError:
-        raise InvalidInput(f"specs must be a list of ProxySpec, got {type(specs).__name__}") from None
+    out = _as_list(specs, "specs", "ProxySpec")
     for spec in out:
         if not isinstance(spec, ProxySpec):
             raise InvalidInput(f"each proxy must be a ProxySpec, got {type(spec).__name__}")
@@ -150,3 +141,14 @@ def check_lifetimes(ttls: object) -> Mapping[str, float]:
     for life in lifetimes.values():
         check_number("ttl", life, 0, MAX_PROXY_SECONDS)
     return lifetimes
+
+
+def _as_list(value: object, name: str, what: str) -> list[Any]:
+    """``value`` as a list of its items; a lone string (read as its characters) or a non-iterable is
+    refused in one line naming ``name`` and ``what`` it must hold."""
+    if isinstance(value, (str, bytes)):
+        raise InvalidInput(f"{name} must be a list of {what}, not one string")
+    try:
+        return list(value)  # type: ignore[call-overload]
+    except TypeError:
+        raise InvalidInput(f"{name} must be a list of {what}, got {type(value).__name__}") from None

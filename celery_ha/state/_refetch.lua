@@ -11,7 +11,7 @@
   signature of the last run's output (a hex digest chosen by the task).
   Adaptive intervals (Nutch's AdaptiveFetchSchedule): unchanged output -> iv x 1.4, changed -> iv x
   0.8, clamped to [min, max]; without a verdict (no signature, or the first one) iv stays.
-  Defines: schedule_refetch, kept_records, requeue_finished.
+  Defines: schedule_refetch, kept_records, requeue_finished, next_run.
 ]]
 
 local K_SCHED, K_REFETCH
@@ -118,4 +118,23 @@ local function requeue_finished(id, st, payload, batch, now)
   st.ut = fmt(now)
   save(id, st, payload)
   band_add(batch, st.p or '0', id, st.h)
+end
+
+-- The state of a finished task's next run, enqueued again (enqueue.lua past its recrawl window,
+-- enqueue_if_absent.lua for a request made past it): a copy of the new run's `st` whose fencing token
+-- carries on above the old record's `old` (decoded; nil once the history forgot it: then from the Redis
+-- clock in ms), the old record leaving the history and the refetch index, the remembered id forgotten.
+local function next_run(id, st, old, now)
+  local token = now
+  if old then
+    token = math.max(tonumber(old.k) or 0, now)
+    redis.call('ZREM', K_COMPLETED, id)
+    redis.call('ZREM', K_REFETCH, id)
+  end
+  forget_done(id)
+  local run = {}
+  for key, value in pairs(st) do run[key] = value end
+  run.k = fmt(token)
+  if old then run.iv, run.sg = old.iv, old.sg end -- its refetch schedule's state
+  return run
 end

@@ -105,21 +105,10 @@ end
 
 -- The state of a finished task's next run: a copy of `st` with the token carried over (see the
 -- header). Nil when its record says it is not finished after all (then it is a live duplicate).
-local function next_run(id, st, old_record)
-  local token, old = now, nil
-  if old_record then
-    old = decode(old_record)
-    if old.s ~= 'c' then return nil end
-    token = math.max(tonumber(old.k) or 0, now)
-    redis.call('ZREM', K_COMPLETED, id)
-    redis.call('ZREM', K_REFETCH, id)
-  end
-  forget_done(id)
-  local run = {}
-  for key, value in pairs(st) do run[key] = value end
-  run.k = fmt(token)
-  if old then run.iv, run.sg = old.iv, old.sg end -- its refetch schedule's state (_refetch.lua)
-  return run
+local function next_run_of(id, st, old_record)
+  local old = old_record and decode(old_record) or nil
+  if old and old.s ~= 'c' then return nil end
+  return next_run(id, st, old, now) -- _refetch.lua
 end
 
 local reply = {}
@@ -147,7 +136,7 @@ while i <= #ARGV do
     local id = ARGV[i]
     local run = st -- its state, when it differs from the run's (a recrawl): nil for a duplicate
     if expired[id] ~= nil and dd == '1' and not fresh[id] then
-      run = next_run(id, st, expired[id])
+      run = next_run_of(id, st, expired[id])
       if run then recrawled = recrawled + 1 end
     elseif expired[id] ~= nil then
       run = nil

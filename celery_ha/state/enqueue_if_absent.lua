@@ -77,23 +77,6 @@ local function look_up(id, n, dd)
   return false, false
 end
 
--- The state of a finished task's next run (enqueue.lua's next_run): a copy of `st` whose token
--- carries on above the old record's, or from the Redis clock in ms once the history forgot it.
-local function next_run(id, st, old)
-  local token = now
-  if old then
-    token = math.max(tonumber(old.k) or 0, now)
-    redis.call('ZREM', K_COMPLETED, id)
-    redis.call('ZREM', K_REFETCH, id)
-  end
-  forget_done(id)
-  local run = {}
-  for key, value in pairs(st) do run[key] = value end
-  run.k = fmt(token)
-  if old then run.iv, run.sg = old.iv, old.sg end -- its refetch schedule's state (_refetch.lua)
-  return run
-end
-
 local i = 4 + timed
 local n = 0 -- the task's position in the call
 while i <= #ARGV do
@@ -117,7 +100,7 @@ while i <= #ARGV do
       local host = gate and ARGV[i + 2] ~= '' and ARGV[i + 2] or nil
       local run = st
       if old ~= nil then
-        run = next_run(id, st, old or nil)
+        run = next_run(id, st, old or nil, now) -- _refetch.lua
         recrawled = recrawled + 1
       end
       local record = head .. ARGV[i + 1]

@@ -14,6 +14,7 @@ from array import array
 from typing import IO, Any
 
 import click
+import redis
 
 from celery_ha.base.errors import CeleryHAError, InvalidInput
 from celery_ha.base.masking import mask_url
@@ -207,12 +208,15 @@ def _sitemaps(obj: CLIContext, sitemaps: tuple[str, ...], include: tuple[str, ..
                            url_filter=UrlFilter(include, exclude), batch_size=batch_size, on_batch=show)
     try:
         counts = ingest.run(list(sitemaps))
-    except CeleryHAError as exc:
+    except Exception as exc:  # an unexpected one too: the user still needs to know what stays queued
+        if isinstance(exc, redis.RedisError):
+            raise  # Redis itself failed: the CLI's own message and exit code say so
         if live:
             click.echo("", file=sys.stderr)
         done = ingest.counts
-        raise CeleryHAError(f"{exc} (queued before it: {done.new} new, {done.duplicates} duplicate(s) "
-                        f"in {done.seen} URL(s); complete batches stay queued)") from None
+        what = str(exc) if isinstance(exc, CeleryHAError) else f"unexpected {type(exc).__name__}: {exc}"
+        raise CeleryHAError(f"{what} (queued before it: {done.new} new, {done.duplicates} duplicate(s) "
+                            f"in {done.seen} URL(s); complete batches stay queued)") from None
     finally:
         ingest.reader.close()
     if live:

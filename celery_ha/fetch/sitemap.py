@@ -12,13 +12,15 @@ tree is needed at all, and expat's handlers let the reader refuse a ``<!DOCTYPE>
 means no entity declarations, so no entity expansion (billion laughs) and no external entities, with
 the standard library alone.
 
-What is read: ``robots.txt`` (a URL whose path is ``/robots.txt``, or a bare site root ``https://host/``)
-gives its ``Sitemap:`` lines; an XML ``<sitemapindex>`` gives child sitemaps (on the same host as the
-index, as the protocol requires: an index can never send the reader to another host), read depth first
-up to ``max_depth`` levels and ``max_documents`` documents; an XML ``<urlset>`` (namespace-agnostic:
-entries are the root's own-namespace ``url/loc``, so ``image:loc`` and the like are ignored) or a plain
-text sitemap (one URL per line) gives page URLs with their ``lastmod``. A body starting with the gzip
-magic bytes is gunzipped, whether it is a ``.xml.gz`` file or a ``Content-Encoding: gzip`` answer.
+What is read: ``robots.txt`` (a URL whose path is ``/robots.txt``, or a bare site root ``https://host/``,
+given as a start URL: one listed by a robots.txt or an index is skipped) gives its ``Sitemap:`` lines;
+an XML ``<sitemapindex>`` gives child sitemaps (on the same host as the index, as the protocol
+requires: an index can never send the reader to another host), read depth first up to ``max_depth``
+levels (any document deeper is skipped, whoever listed it) and ``max_documents`` documents; an XML
+``<urlset>`` (namespace-agnostic: entries are the root's own-namespace ``url/loc``, so ``image:loc``
+and the like are ignored) or a plain text sitemap (one URL per line) gives page URLs with their
+``lastmod``. A body starting with the gzip magic bytes is gunzipped, whether it is a ``.xml.gz`` file
+or a ``Content-Encoding: gzip`` answer.
 
 Positions: every page entry comes with its position, ``(i0, i1, ..., ik, n)``: the index of each
 document on the path from the start URLs down to the urlset, then the number of entries of that urlset
@@ -36,7 +38,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -62,6 +64,8 @@ __all__ = ["InvalidSitemap", "SitemapEntry", "SitemapLimits", "SitemapReader", "
 #: Refused child sitemaps listed by name (the rest are only counted).
 SKIPPED_SHOWN = 100
 _USER_AGENT = "celery-ha-sitemap/1 (+https://www.sitemaps.org/protocol.html)"
+#: What may precede a document's first byte of content: a UTF-8 BOM and whitespace.
+_BLANK = b"\xef\xbb\xbf \t\r\n"
 
 
 @dataclass(frozen=True)
@@ -178,8 +182,16 @@ class SitemapReader:
         if self.opened >= self.limits.max_documents:
             self._skip(url, f"past {self.limits.max_documents} documents")
             return
-        self._seen.add(key)
+        if depth > self.limits.max_depth:  # whatever led here (an index, a robots.txt): never deeper
+            self._skip(url, f"deeper than {self.limits.max_depth} levels")
+            return
         robots = robots_url_of(url)
+        if robots is not None and depth > 0:
+            # Only a start URL is read as a robots.txt: one listed by a robots.txt or an index would
+            # let robots.txt files chain to each other (another host each time, as robots.txt may).
+            self._skip(url, "a robots.txt is read only as a start URL")
+            return
+        self._seen.add(key)
         if robots is not None:
             children = self._robots(robots)
             yield from self._walk(children, path, resume, depth + 1)
@@ -189,14 +201,14 @@ class SitemapReader:
         try:
             data = self._body(chunks, encoding, self.limits.max_bytes, what)
             head = b""
-            for chunk in data:
-                head += chunk
-                if head.lstrip():
+            for chunk in data:  # the first chunk with content: leading blank chunks are dropped, not
+                if chunk.strip(_BLANK):  # joined (a body of blanks must not cost a copy per chunk)
+                    head = chunk
                     break
-            if not head.strip():
+            if not head.strip(_BLANK):
                 raise InvalidSitemap(f"{what} is empty")
             body = chain(head, data)
-            if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<"):
+            if head.lstrip(_BLANK).startswith(b"<"):
                 yield from self._xml(body, final, path, resume, depth, what, close)
             else:
                 skip = resume[0] if resume else 0
@@ -270,10 +282,13 @@ class SitemapReader:
         finally:
             close()
         found = []
-        for raw in text.decode("utf-8", "replace").splitlines():
+        for raw in text.decode("utf-8-sig", "replace").splitlines():  # -sig: a BOM hides no line
             name, sep, value = raw.partition(":")
             value = value.split(" #", 1)[0].strip()  # a trailing comment; '#' inside a URL is kept
             if sep and name.strip().lower() == "sitemap" and value:
+                # The protocol wants a full URL; a relative one ("/sitemap.xml") plainly means one on
+                # the robots.txt's own site, so it is read as such rather than refused.
+                value = urljoin(final, value)
                 if not _valid_url(value):
                     self._skip(value, "not an absolute http(s) URL")
                 elif len(found) >= self.limits.max_documents:
@@ -290,7 +305,7 @@ class SitemapReader:
             raise InvalidSitemap(f"{what}: unsupported Content-Encoding {encoding!r}")
         deadline = time.monotonic() + self.limits.document_seconds
         raw = capped(chunks, limit, deadline, what)  # compressed bytes are capped too
-        return capped(sniffed(raw), limit, deadline, what)
+        return capped(sniffed(raw, what=what), limit, deadline, what)
 
     def _open(self, url: str, robots: bool = False) -> tuple[str, str, Iterator[bytes], Callable[[], None]]:
         """GET ``url`` streaming; 404/410 (and other 4xx) are permanent, 5xx/429/network retryable.

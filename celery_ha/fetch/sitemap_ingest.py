@@ -152,7 +152,7 @@ class SitemapIngest:
 
     def _send(self, entries: list[SitemapEntry]) -> None:
         """Queue ``entries`` (InvalidInput, with nothing written, if one URL is invalid)."""
-        plain, changed = self._split(entries)
+        plain, changed, unchanged = self._split(entries)
         for group, window in ((plain, self.recrawl_after), (changed, 0)):
             if not group:
                 continue
@@ -164,13 +164,16 @@ class SitemapIngest:
             self.counts.duplicates += len(results) - made
             if window == 0:
                 self.counts.changed += made
+        # Counted only now: a batch refused for an invalid URL is split again by the retry, which
+        # must not count its unchanged pages a second time.
+        self.counts.unchanged += unchanged
 
-    def _split(self, entries: list[SitemapEntry]) -> tuple[list[SitemapEntry], list[SitemapEntry]]:
-        """(queue as usual, queue again now because lastmod is newer than the completion); unchanged
-        entries are counted and left out."""
+    def _split(self, entries: list[SitemapEntry]) -> tuple[list[SitemapEntry], list[SitemapEntry], int]:
+        """(queue as usual, queue again now because lastmod is newer than the completion, how many
+        are unchanged and left out)."""
         dated = [e for e in entries if e.lastmod is not None] if self.dedup else []
         if not dated:
-            return entries, []
+            return entries, [], 0
         q = self.queue
         # The ids enqueue gives (InvalidInput for a bad URL, as enqueue): a sharded namespace with the
         # host gate places a task on its host's shard, which changes its id, under the key mode in
@@ -198,5 +201,4 @@ class SitemapIngest:
                 plain.append(entry)  # unchanged, but old enough to be re-fetched by age
             else:
                 unchanged += 1
-        self.counts.unchanged += unchanged  # counted once the whole batch passed validation
-        return plain, changed
+        return plain, changed, unchanged

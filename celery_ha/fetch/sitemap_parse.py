@@ -34,51 +34,82 @@ _W3C = re.compile(r"(\d{4})(?:-(\d{2})(?:-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2
                   r"\s*(Z|[+-]\d{2}:?\d{2})?)?)?)?")
 
 
+#: How much later than its UTC end a date-only (or year, year-month) lastmod may still mean: the
+#: site's own day ends up to 12 h after UTC's (UTC-12), rounded up to the widest offset in use (±14 h).
+ZONE_SLACK = 14 * 3600
+
+
 def parse_lastmod(text: str) -> float | None:
     """A sitemap ``<lastmod>`` as epoch seconds; None when it is not a W3C datetime (an unreadable
-    lastmod must not stop an ingestion: the URL is then treated as having none)."""
+    lastmod, a zone offset out of range included, must not stop an ingestion: the URL is then treated
+    as having none).
+
+    A lastmod without a time (``2026-03-01``, ``2026-03``, ``2026``) is read as the *latest* instant
+    it can mean: the end of that day (month, year) plus :data:`ZONE_SLACK`. It is only ever compared
+    with a completion time, and the imprecision is resolved towards fetching again, as the completion
+    side's is (``state/done_times.py``): a page crawled in the morning and changed in the afternoon
+    of the day its lastmod names is queued again, not skipped as unchanged. The cost is bounded by
+    the precision the site chose: such a page is queued again on every run until a run after that
+    period (and its slack) has fetched it."""
     m = _W3C.fullmatch(text.strip())
     if not m:
         return None
     year, month, day, hour, minute, second, fraction, zone = m.groups()
-    tz = timezone.utc
-    if zone and zone != "Z":
-        sign = -1 if zone[0] == "-" else 1
-        digits = zone[1:].replace(":", "")
-        tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
     try:
+        tz = timezone.utc
+        if zone and zone != "Z":
+            sign = -1 if zone[0] == "-" else 1
+            digits = zone[1:].replace(":", "")
+            tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
         at = datetime(int(year), int(month or 1), int(day or 1), int(hour or 0), int(minute or 0),
                       int(second or 0), int((fraction or "0")[:6].ljust(6, "0")), tzinfo=tz)
-    except ValueError:  # month 13, hour 25, a zone past ±24h
+        if hour is None:  # a date, a month or a year: its end, in the latest zone it may be in
+            if day is not None:
+                end = at + timedelta(days=1)
+            elif month is not None:
+                end = at.replace(year=at.year + (at.month == 12), month=at.month % 12 + 1)
+            else:
+                end = at.replace(year=at.year + 1)
+            return end.timestamp() + ZONE_SLACK
+    except (ValueError, OverflowError):  # month 13, hour 25, a zone of ±24:00 or more, year 9999's end
         return None
     return at.timestamp()
 
 
 # ---------------------------------------------------------------------- bytes: gunzip, caps
-def gunzip(chunks: Iterator[bytes]) -> Iterator[bytes]:
+def gunzip(chunks: Iterator[bytes], what: str = "document") -> Iterator[bytes]:
     """gzip (one or more members) decoded chunk by chunk, each step's output capped at CHUNK bytes, so
-    a highly compressed input never expands in memory beyond one chunk before the size cap sees it."""
+    a highly compressed input never expands in memory beyond one chunk before the size cap sees it.
+    NUL bytes after a member are padding (tape-era writers and some servers add it; gzip(1) and
+    Python's gzip module skip it), not a broken member."""
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    between = False  # after a member's end: NUL padding or the next member may follow
     try:
         for chunk in chunks:
             data = chunk
             while data:
+                if between:
+                    data = data.lstrip(b"\0")
+                    if not data:
+                        break
+                    between = False
                 out = d.decompress(data, CHUNK)
                 if out:
                     yield out
                 if d.eof:  # a new gzip member may follow (concatenated .gz files are valid gzip)
                     data = d.unused_data
                     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    between = True
                 else:
                     data = d.unconsumed_tail
         tail = d.flush()
         if tail:
             yield tail
     except zlib.error as exc:
-        raise InvalidSitemap(f"not valid gzip ({exc})") from None
+        raise InvalidSitemap(f"{what} is not valid gzip ({exc})") from None
 
 
-def sniffed(chunks: Iterator[bytes], layers: int = 2) -> Iterator[bytes]:
+def sniffed(chunks: Iterator[bytes], layers: int = 2, what: str = "document") -> Iterator[bytes]:
     """``chunks`` gunzipped while they start with the gzip magic (at most ``layers`` times: a .xml.gz
     served with Content-Encoding: gzip is gzipped twice)."""
     head = b""
@@ -88,7 +119,7 @@ def sniffed(chunks: Iterator[bytes], layers: int = 2) -> Iterator[bytes]:
             break
     rest = chain(head, chunks)
     if layers and head.startswith(_GZIP_MAGIC):
-        return sniffed(gunzip(rest), layers - 1)
+        return sniffed(gunzip(rest, what), layers - 1, what)
     return rest
 
 
@@ -197,29 +228,50 @@ class XmlEntries:
 
 def text_entries(data: Iterator[bytes], what: str, max_urls: int) -> Iterator[tuple[str, str]]:
     """A text sitemap: one URL per line (UTF-8, as the protocol requires), blank lines skipped. A body
-    that is not UTF-8 text (a binary file, an unknown compression) is refused, not read as garbage."""
-    pending = b""
+    that is not UTF-8 text (a binary file, an unknown compression) is refused, not read as garbage.
+
+    Lines are found by searching each chunk once, and a line longer than any URL can be is cut where
+    it passes that length (its rest is read and dropped, never held): the kept part, marked with "…",
+    is then refused as a URL and counted invalid. So one 50 MB line costs one pass and a few KiB, not
+    a re-split of an ever-growing buffer per chunk."""
+    pending = bytearray()
+    cut = False  # the current line passed _LINE_MAX: the rest of it is being dropped
     count = 0
     number = 0
     for chunk in data:
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for raw in lines:
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            piece = chunk[start:] if end < 0 else chunk[start:end]
+            if not cut:
+                pending += piece[:_LINE_MAX + 1 - len(pending)]
+                cut = len(pending) > _LINE_MAX
+            if end < 0:
+                break
+            start = end + 1
             number += 1
-            line = _text_line(raw, what, number)
+            line = _text_line(pending, what, number, cut)
+            pending.clear()
+            cut = False
             if line:
                 count += 1
                 if count > max_urls:
                     raise InvalidSitemap(f"{what} lists more than {max_urls:,} entries")
                 yield line, ""
-    line = _text_line(pending, what, number + 1)
+    line = _text_line(pending, what, number + 1, cut)
     if line and count < max_urls:
         yield line, ""
 
 
-def _text_line(raw: bytes, what: str, number: int) -> str:
+#: The longest text line kept: a URL (MAX_URL_BYTES) with room for the whitespace around it.
+_LINE_MAX = MAX_URL_BYTES + 256
+
+
+def _text_line(raw: bytearray, what: str, number: int, cut: bool) -> str:
     if b"\0" in raw:
         raise InvalidSitemap(f"{what} is neither XML nor text (a NUL byte on line {number})")
+    if cut:  # never a valid URL: counted invalid by the ingestion, not silently truncated
+        return raw.decode("utf-8", "replace").strip() + "…"
     try:
         return raw.decode("utf-8").strip()
     except UnicodeDecodeError:

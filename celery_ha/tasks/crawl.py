@@ -7,16 +7,27 @@ its ``id``, else its ``url``, else a hash) and, with ``meta["follow"]`` (default
 position — page and index within it — is committed together with the buffered items, so a crash
 resumes at the last checkpoint and the re-done items are ignored by the keyed sink.
 
+An item's ``url`` may be relative ("/case/7"): it is resolved against the list page it came from. One
+that still is not an absolute http(s) URL (``mailto:``, 8 KiB long) is skipped — logged, and counted
+as ``skipped`` in the checkpoint — and the crawl goes on: a retry would meet the same item at the
+same position again, so raising would end the whole crawl dead on one bad entry.
+
 ``meta``: ``start_page`` (1), ``max_pages``, ``follow`` (true), ``child_task`` ("fetch_page"),
 ``page_param`` ("page"), ``checkpoint_every`` (overrides the setting).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
+from celery_ha.base.errors import InvalidInput
+from celery_ha.base.masking import mask_url
+from celery_ha.base.validation import check_url
 from celery_ha.integration import DurableContext, PermanentError, durable_task
+
+log = logging.getLogger(__name__)
 
 
 def page_url(url: str, page: int, param: str = "page") -> str:
@@ -46,9 +57,13 @@ def crawl_list(ctx: DurableContext) -> None:
     page = int(ck.get("page", meta.get("start_page", 1)))
     skip = int(ck.get("index", 0))
     processed = int(ck.get("processed", 0))
+    skipped = int(ck.get("skipped", 0))
 
     while max_pages is None or page <= int(max_pages):
-        data = ctx.fetch(page_url(ctx.url, page, param)).json()
+        listed = page_url(ctx.url, page, param)
+        response = ctx.fetch(listed)
+        base = str(getattr(response, "url", "") or listed)  # after redirects: where the page is
+        data = response.json()
         if not isinstance(data, dict):
             raise PermanentError(f"page {page} of {ctx.url} is not a JSON object")
         items = data.get("items") or []
@@ -60,14 +75,24 @@ def crawl_list(ctx: DurableContext) -> None:
                 item = {"value": item}
             ctx.emit(item, key=_key(item))
             if follow and isinstance(item.get("url"), str):
-                ctx.enqueue(item["url"], task=child)
+                raw = item["url"].strip()
+                target = urljoin(base, raw) if raw else ""  # "" would resolve to the list page itself
+                try:
+                    check_url(target)
+                except InvalidInput as exc:
+                    skipped += 1
+                    log.warning("crawl_list %s page %d item %d: not followed: %s", mask_url(ctx.url),
+                                page, index, exc)
+                else:
+                    ctx.enqueue(target, task=child)
             processed += 1
             if processed % every == 0:
                 last = index + 1 >= len(items)
                 ctx.save_checkpoint({"page": page + 1 if last else page, "index": 0 if last else index + 1,
-                                     "processed": processed})
+                                     "processed": processed, "skipped": skipped})
         skip = 0
         if "next" in data and not data["next"]:
             break
         page += 1
-    ctx.save_checkpoint({"page": page, "index": 0, "processed": processed, "done": True})
+    ctx.save_checkpoint({"page": page, "index": 0, "processed": processed, "skipped": skipped,
+                         "done": True})

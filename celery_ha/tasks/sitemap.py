@@ -21,7 +21,8 @@ window, default ``CELERY_HA_DEDUP_TTL``), ``max_attempts``, ``batch_size`` (1000
 (1000), ``max_depth`` (3).
 
 Errors: a document that cannot be fetched (network, 5xx, 429) is retried with backoff, from the
-checkpoint; a 404 or an unreadable document (malformed, too large, DTD) fails the task for good.
+checkpoint; a 404, an unreadable document (malformed, too large, DTD) or a bad ``meta`` field (which
+every retry would meet again) fails the task for good.
 """
 
 from __future__ import annotations
@@ -52,10 +53,6 @@ def sitemap(ctx: DurableContext) -> None:
     meta = ctx.meta or {}
     ck = ctx.checkpoint or {}
     resume = ck.get("position")
-    limits = SitemapLimits(max_documents=int(meta.get("max_documents", 1000)),
-                           max_depth=int(meta.get("max_depth", 3)))
-    reader = SitemapReader(limits)
-
     before = ck.get("counts") if isinstance(ck.get("counts"), dict) else {}
 
     def total(counts: IngestCounts) -> dict[str, int]:
@@ -68,7 +65,12 @@ def sitemap(ctx: DurableContext) -> None:
         ctx.save_checkpoint({"position": position, "counts": total(counts)})
 
     child_meta = meta.get("child_meta")
+    reader: SitemapReader | None = None
     try:
+        # Every meta field is read in here: a bad one ("max_depth": "x") fails the task at once,
+        # where a retry would only meet it again.
+        reader = SitemapReader(SitemapLimits(max_documents=int(meta.get("max_documents", 1000)),
+                                             max_depth=int(meta.get("max_depth", 3))))
         ingest = SitemapIngest(
             services().queue, task=str(meta.get("child_task") or "fetch_page"),
             priority=int(meta.get("priority", 0)),
@@ -76,9 +78,12 @@ def sitemap(ctx: DurableContext) -> None:
             max_attempts=meta.get("max_attempts"), recrawl_after=meta.get("recrawl_after"),
             url_filter=UrlFilter(_globs(meta, "include"), _globs(meta, "exclude")),
             batch_size=int(meta.get("batch_size", 1000)), reader=reader, on_batch=saved)
-    except (InvalidInput, ValueError, TypeError) as exc:
-        reader.close()
-        raise PermanentError(f"bad meta for the sitemap task: {exc}") from None
+    except BaseException as exc:
+        if reader is not None:
+            reader.close()
+        if isinstance(exc, (InvalidInput, ValueError, TypeError)):
+            raise PermanentError(f"bad meta for the sitemap task: {exc}") from None
+        raise
     try:
         counts = ingest.run([ctx.url], resume=resume if isinstance(resume, list) else None)
     finally:

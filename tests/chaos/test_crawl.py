@@ -3,6 +3,7 @@ bounded broker window under a 100,000-task backlog."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -10,10 +11,13 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from celery_ha.base.errors import TaskNotFound
 from celery_ha.base.settings import Settings
 from celery_ha.integration.dispatch.broker import broker_backlog, broker_lists
+from celery_ha.state import task_id_for
 from celery_ha.state.sink import count_items, iter_items
 from tests.support.celery_helpers import wait_for
+from tests.support.sitemap_site import Route, SitemapSite
 
 pytestmark = pytest.mark.slow
 
@@ -61,6 +65,40 @@ def test_crawl_killed_at_page_30_resumes_and_sink_is_exact(make_cluster, site):
     stats = cluster.q.stats()
     assert stats["dead"] == 0
     assert cluster.q.get(tid).stalls == 1
+
+
+def test_a_relative_or_unusable_item_url_is_resolved_or_skipped_not_fatal(make_cluster):
+    """A list item's relative ``url`` ("/case/23") is followed on the list page's site; one that is
+    no http(s) URL even then (``mailto:``) is skipped and counted, and the crawl reads on to its last
+    page instead of failing at that item on every retry until dead."""
+    site = SitemapSite(host="127.0.0.13").start()
+    try:
+        u = site.url
+        odd = {(2, 3): "/case/23", (3, 1): "mailto:office@example.com", (3, 2): " "}
+        for p in range(1, 5):
+            items = [{"id": f"c{p}-{i}", "url": odd.get((p, i), f"{u}/case/{p}{i}")} for i in range(5)]
+            body = json.dumps({"items": items, "next": p + 1 if p < 4 else None}).encode()
+            site.routes[f"/cases?page={p}"] = Route(lambda body=body: [body], content_type="application/json")
+        cluster = make_cluster(CELERY_HA_LEASE_TTL="30", CELERY_HA_HEARTBEAT_INTERVAL="1",
+                               CELERY_HA_OBEY_ROBOTS="0")
+        w1 = cluster.worker("w1", concurrency=2)
+        tid = cluster.q.enqueue(f"{u}/cases", task="crawl_list", meta={"child_task": "test_noop"},
+                                max_attempts=2)
+        cluster.pump()
+        wait_for(lambda: cluster.state(tid) in ("completed", "dead"), timeout=60, message="the list crawl")
+        info = cluster.q.get(tid)
+        assert (info.state, info.attempts) == ("completed", 0), info
+        lists = [p for p in site.paths() if p.startswith("/cases")]
+        assert lists == [f"/cases?page={p}" for p in range(1, 5)]
+        assert cluster.q.get(task_id_for("test_noop", f"{u}/case/23")) is not None  # resolved on the site
+        log = cluster.log_text(w1)
+        assert "page 3 item 1: not followed" in log and "page 3 item 2: not followed" in log  # and logged
+        with pytest.raises(TaskNotFound):  # a blank url is skipped, not resolved to the list page itself
+            cluster.q.get(task_id_for("test_noop", f"{u}/cases?page=3"))
+        wait_for(lambda: cluster.q.stats()["completed"] == 1 + 18, timeout=60, message="every followed item")
+        assert count_items(cluster.r, cluster.namespace) == 20  # every list item stored, the odd ones too
+    finally:
+        site.stop()
 
 
 def test_sigterm_hands_running_task_back_with_checkpoint(make_cluster, site):

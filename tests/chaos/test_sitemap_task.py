@@ -91,3 +91,30 @@ def test_sitemap_task_resumes_after_a_kill_and_rereads_only_changes(make_cluster
     changed = [task_id_for("test_noop", f"{u}/a/{i}") for i in (7, 8)]
     wait_for(lambda: cluster.all_completed([tid, *changed]), timeout=60, message="changed pages done")
     assert cluster.q.stats()["enqueued"] == before["enqueued"] + 2
+
+
+def test_an_unreadable_lastmod_completes_and_bad_meta_fails_at_once(make_cluster, sitemap_site):
+    """One lastmod with a zone of +24:00 is read as none (the run completes with every page queued),
+    and a meta the task can never use ("max_depth": "x") fails it on its first attempt, not after
+    every retry has met it again."""
+    site = sitemap_site
+    u = site.url
+    site.routes["/s.xml"] = Route(lambda: urlset(
+        (f"{u}/p/{i}", "2024-01-01T10:00:00+24:00" if i == 150 else "2024-01-01") for i in range(250)))
+    site.routes["/t.xml"] = Route(lambda: urlset((f"{u}/t/{i}", None) for i in range(5)))
+    cluster = make_cluster(CELERY_HA_LEASE_TTL="30", CELERY_HA_HEARTBEAT_INTERVAL="1",
+                           CELERY_HA_RETRY_BACKOFF_BASE="0.2", CELERY_HA_RETRY_BACKOFF_MAX="0.5")
+    cluster.worker("w1", concurrency=2)
+    good = cluster.q.enqueue(f"{u}/s.xml", task="sitemap", max_attempts=3,
+                             meta={"child_task": "test_noop", "batch_size": 100})
+    bad = cluster.q.enqueue(f"{u}/t.xml", task="sitemap", max_attempts=3,
+                            meta={"child_task": "test_noop", "max_depth": "x"})
+    cluster.pump()
+    wait_for(lambda: cluster.state(bad) == "dead", timeout=60, message="the bad-meta task dead")
+    info = cluster.q.get(bad)
+    assert info.attempts == 1 and "bad meta" in (info.error or ""), info
+    assert "/t.xml" not in site.paths()  # failed before fetching anything
+    wait_for(lambda: cluster.state(good) == "completed", timeout=60, message="the sitemap task")
+    assert cluster.q.get(good).attempts == 0
+    assert site.paths().count("/s.xml") == 1
+    wait_for(lambda: cluster.q.stats()["completed"] == 251, timeout=60, message="every page task")

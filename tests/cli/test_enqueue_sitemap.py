@@ -105,6 +105,19 @@ def test_sitemap_errors_are_one_line(redis_url: str, q: TaskQueue, site: Sitemap
     assert q.stats()["queued"] == 400  # two complete batches; the unfinished one of 50 is not queued
 
 
+def test_an_unreadable_lastmod_does_not_stop_the_ingestion(redis_url: str, q: TaskQueue,
+                                                           site: SitemapSite) -> None:
+    """A zone of +24:00 (there is none) is read as no lastmod: all 250 pages are queued, exit 0."""
+    u = site.url
+    site.routes["/zones.xml"] = Route(lambda: urlset(
+        (f"{u}/z/{i}", "2024-01-01T10:00:00+24:00" if i == 150 else "2024-01-01") for i in range(250)))
+    result = cli(redis_url, "enqueue", "--json", "--sitemap", f"{u}/zones.xml", "--batch-size", "100")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert (out["new"], out["invalid"]) == (250, 0), out
+    assert q.stats()["queued"] == 250
+
+
 def test_help_documents_sitemaps(redis_url: str) -> None:
     text = cli(redis_url, "enqueue", "--help").stdout
     assert "--sitemap URL" in text and "--include GLOB" in text and "lastmod" in text

@@ -281,11 +281,11 @@ def test_text_sitemaps_off_host_children_and_lastmod_forms(site: SitemapSite, q:
     def utc(*parts: int) -> float:
         return datetime(*parts, tzinfo=timezone.utc).timestamp()
 
-    assert parse_lastmod("2026-03-01") == utc(2026, 3, 1)
+    assert parse_lastmod("2026-03-01") == utc(2026, 3, 2) + 14 * 3600  # the end of the day, any zone
     assert parse_lastmod("2026-03-01T10:00:00+02:00") == utc(2026, 3, 1, 8)
     assert parse_lastmod("2026-03-01T10:00Z") == utc(2026, 3, 1, 10)
     assert parse_lastmod("2026-03-01T10:00:00.5Z") == utc(2026, 3, 1, 10) + 0.5
-    assert parse_lastmod(" 2026-03 ") == utc(2026, 3, 1)
+    assert parse_lastmod(" 2026-03 ") == utc(2026, 4, 1) + 14 * 3600
     for bad in ("yesterday", "2026-13-01", "", "2026-03-01T25:00Z"):
         assert parse_lastmod(bad) is None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 from types import FrameType
 from typing import Any
@@ -22,7 +23,7 @@ from celery_ha.monitoring.auth import BasicAuth
 from celery_ha.monitoring.broker_depth import broker_reader
 from celery_ha.monitoring.collector import Source
 from celery_ha.monitoring.dashboard import Reader
-from celery_ha.monitoring.server import WebApp, WebServer, is_loopback
+from celery_ha.monitoring.server import WebApp, WebServer, bind_address, is_loopback
 from celery_ha.state.namespaces import servable_matches
 
 
@@ -46,13 +47,33 @@ def _namespaces_option(_ctx: click.Context, _param: Any, value: str | None) -> t
         raise click.BadParameter(str(exc).removeprefix("--namespaces=")) from None
 
 
+def _hosts_option(_ctx: click.Context, _param: Any, value: str | None) -> tuple[str, ...]:
+    """click callback: ``dash.example.com,web`` -> the host names a request's Host may name."""
+    names = tuple(n.strip().lower().rstrip(".") for n in (value or "").split(",") if n.strip())
+    for name in names:
+        if not _HOST_NAME.fullmatch(name):
+            raise click.BadParameter(f"{name[:80]!r} is not a host name (letters, digits, '-', '_', '.')")
+    return names
+
+
+_HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*")
+
+
 def _stop(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
 @click.command("web")
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on. Anything but loopback exposes the dashboard: use --auth.")
+              help="Address to listen on. Anything but loopback exposes the dashboard: it needs --auth "
+                   "(or --insecure-no-auth).")
+@click.option("--allowed-hosts", "allowed_hosts", metavar="NAME[,NAME...]", callback=_hosts_option,
+              help="Host names the server answers besides loopback ones and IP addresses (its DNS name "
+                   "behind a proxy, a compose service name): any other Host header is refused (421), "
+                   "so a web page cannot reach the server through DNS rebinding.")
+@click.option("--insecure-no-auth", is_flag=True,
+              help="Listen beyond loopback without --auth: anyone who can reach the port reads the "
+                   "dashboard and /metrics. Without this flag that is refused.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8808, show_default=True,
               help="Port to listen on (0: any free port, printed at start).")
 @click.option("--auth", "auth", metavar="USER:PASSWORD", default=lambda: Settings.one("web_auth") or None,
@@ -71,8 +92,8 @@ def _stop(_signum: int, _frame: FrameType | None) -> None:
                    "by default). A pattern ('crawl-*', '*') serves every registered namespace it "
                    "matches, also those that appear later.")
 @pass_cli
-def command(obj: CLIContext, host: str, port: int, auth: BasicAuth | None, queues: tuple[str, ...],
-            namespaces: tuple[str, ...]) -> None:
+def command(obj: CLIContext, host: str, port: int, allowed_hosts: tuple[str, ...], insecure_no_auth: bool,
+            auth: BasicAuth | None, queues: tuple[str, ...], namespaces: tuple[str, ...]) -> None:
     """Serve /metrics (Prometheus), / (the live dashboard), /api/stats and /healthz.
 
     Every request reads the namespace's state in Redis; the process keeps nothing, so run as many as
@@ -82,6 +103,13 @@ def command(obj: CLIContext, host: str, port: int, auth: BasicAuth | None, queue
     from celery_ha.proxy import ProxyPool
     from celery_ha.state import TaskQueue
 
+    try:  # decided on the address bind() will use: 127.1 and ::ffff:127.0.0.1 are loopback, "" is not
+        exposed = not is_loopback(str(bind_address(host)[1][0]))
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    if exposed and auth is None and not insecure_no_auth:
+        raise click.UsageError(f"listening on {host or 'every address'} needs --auth USER:PASSWORD (or "
+                               "CELERY_HA_WEB_AUTH); --insecure-no-auth serves it to anyone who can reach it")
     client = obj.client  # an unreachable Redis is one clear line now, not a 503 later
     settings = obj.settings
     patterns = namespace_patterns(namespaces)
@@ -108,7 +136,7 @@ def command(obj: CLIContext, host: str, port: int, auth: BasicAuth | None, queue
     readers, sources = [r for r, _ in served], [s for _, s in served]
     source = sources[0]
     try:
-        app = WebApp(readers, sources, auth, host, grow=grow if patterns else None,
+        app = WebApp(readers, sources, auth, allowed_hosts, grow=grow if patterns else None,
                      grow_every=settings.discovery_interval)
         server = WebServer(app, host, port)
     except OSError as exc:
@@ -123,9 +151,9 @@ def command(obj: CLIContext, host: str, port: int, auth: BasicAuth | None, queue
     click.echo(f"celery-ha web: {server.url} ({login}; {shown}, Redis {mask_url(obj.redis_url)})")
     if source.broker is None:
         click.echo("  the broker is not Redis: celery_ha_broker_messages is left out")
-    if auth is None and not is_loopback(host):
-        click.echo(f"Warning: listening on {host} without --auth: anyone who can reach it sees the "
-                   "dashboard", err=True)
+    if auth is None and not server.loopback:  # only with --insecure-no-auth (refused above otherwise)
+        click.echo(f"Warning: listening on {server.url} without --auth (--insecure-no-auth): anyone who "
+                   "can reach it sees the dashboard", err=True)
     old = signal.signal(signal.SIGTERM, _stop)
     try:
         server.serve_forever(poll_interval=0.5)

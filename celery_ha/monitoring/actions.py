@@ -29,7 +29,9 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         raise ActionError(413, f"body larger than {MAX_BODY} bytes")
     try:
         body = json.loads(raw.decode("utf-8") or "{}")
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        # RecursionError: a few KB of '[' nest deeper than the parser recurses. A bad body, not a
+        # server failure.
         raise ActionError(400, "body must be a JSON object") from None
     if not isinstance(body, dict):
         raise ActionError(400, "body must be a JSON object")

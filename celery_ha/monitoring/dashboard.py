@@ -3,8 +3,9 @@
 ``/api/stats`` has exactly the keys of ``celery-ha stats --json``. ``/api/dashboard`` adds what the page
 draws: progress, wait and runtime percentiles (from the scripts' histograms), completions over the
 last minutes (from the completed history and the dead set, both scored by time), live workers with
-the leases they hold, the newest dead letters with their reasons, and the proxy table. Every URL
-and error text is masked before it leaves the process.
+the leases they hold, the newest dead letters with their reasons, and the proxy table. Every string
+of both documents (URLs, errors, and the pause, ban and block reasons operators type) is masked
+before it leaves the process.
 """
 
 from __future__ import annotations
@@ -57,7 +58,20 @@ def stats_snapshot(reader: Reader) -> dict[str, Any]:
         # Queued tasks of the host gate by why they wait: blocked host, host not yet eligible
         # (paced, at its concurrency or budget), eligible host (reads every host: O(hosts)).
         data["hosts"] = gate.waiting()
-    return data
+    return masked(data)
+
+
+def masked(doc: Any) -> Any:
+    """``doc`` with every string (keys too) passed through mask_url. Pause, ban and block reasons are
+    free text an operator typed and may hold a URL with its password: Redis keeps them as typed, the
+    web shows them masked like every other text. mask_url is idempotent, so masking twice is harmless."""
+    if isinstance(doc, str):
+        return mask_url(doc)
+    if isinstance(doc, dict):
+        return {masked(k): masked(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [masked(v) for v in doc]
+    return doc
 
 
 def _percentiles(hist: Histogram) -> dict[str, Any]:
@@ -172,7 +186,7 @@ def dashboard(reader: Reader) -> dict[str, Any]:
     pool = read_pool_metrics(reader.client, reader.namespace)
     done = int(stats["completed"]) + int(stats["dead"])
     pending = sum(int(stats[n]) for n in ("queued", "delayed", "dispatched", "running"))
-    return {
+    return masked({
         "namespace": reader.namespace,
         "now": m.now_ms / 1000,
         "stats": stats,
@@ -190,4 +204,4 @@ def dashboard(reader: Reader) -> dict[str, Any]:
         "domains": [d.__dict__ for d in pool.domains],
         "hosts": hosts(reader),
         "host_zones": m.hosts,
-    }
+    })

@@ -7,11 +7,12 @@ import random
 import re
 import time
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 import pytest
 
 from celery_ha import TaskQueue
-from celery_ha.base.masking import mask_prefix, mask_url
+from celery_ha.base.masking import mask_prefix, mask_url, secret_query_key
 from celery_ha.base.validation import MAX_CHECKPOINT_BYTES
 from tests.support.cli import SECRET, assert_one_line_error, run
 
@@ -50,26 +51,74 @@ def test_leaves_text_without_credentials_alone(text: str) -> None:
     assert mask_url(text) == text
 
 
-_PREVIOUS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<cred>[^/@\s:]*(?::[^/@\s]*)?)@", re.I)
+_REFERENCE = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<cred>[^/?#\s]*)@", re.I)
+_REFERENCE_QUERY = re.compile(r"([?&;])([^=&;#?\s/]*)=((?:(?!;[a-z][a-z0-9+.-]*://)[^&#\s])*)", re.I)
 
 
-def _previous_mask_url(url: str) -> str:
-    """The quadratic implementation this one replaced: the reference for what must not change."""
+def _reference_mask_url(url: str) -> str:
+    """The plain (quadratic: a match may start anywhere) form of the rules, which the linear
+    implementation must agree with: userinfo up to the authority's last '@', then secret query keys."""
 
     def repl(match: re.Match[str]) -> str:
         cred = match.group("cred")
         user = cred.split(":", 1)[0] if ":" in cred else ""
         return f"{match.group('scheme')}{user}:***@" if user else f"{match.group('scheme')}***@"
 
-    return _PREVIOUS.sub(repl, url)
+    def query(match: re.Match[str]) -> str:
+        sep, key, val = match.groups()
+        return f"{sep}{key}=***" if val and secret_query_key(key) else match.group(0)
+
+    if "://" not in url:
+        return url
+    return _REFERENCE_QUERY.sub(query, _REFERENCE.sub(repl, url))
 
 
-def test_same_results_as_the_previous_implementation_on_random_text() -> None:
-    pieces = ["a", "Z", "k", "1", "+", ".", "-", ":", "/", "@", " ", "\n", "ı", "K", "é", "://", "s:p@", "@h"]
+def test_same_results_as_the_reference_on_random_text() -> None:
+    pieces = ["a", "Z", "k", "1", "+", ".", "-", ":", "/", "@", " ", "\n", "ı", "K", "é", "://", "s:p@", "@h",
+              "?", "&", ";", "#", "=", "password=", "user=", "pw"]
     rng = random.Random(20240501)
     for _ in range(30_000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 24)))
-        assert mask_url(text) == _previous_mask_url(text), text
+        assert mask_url(text) == _reference_mask_url(text), text
+
+
+@pytest.mark.parametrize("password", ["p@ssTail-Secret", "p@ss@tail-Secret", "ab:cd@ef", "@lead-Secret",
+                                      "tail-Secret@", "x%40y@z-Secret"])
+def test_a_password_is_masked_to_the_last_at_sign_as_redis_py_reads_it(password: str) -> None:
+    # urllib (and so redis-py) takes the userinfo up to the LAST '@' of the authority.
+    for url, user in ((f"redis://:{password}@127.0.0.1:6379/0", None),
+                      (f"rediss://admin:{password}@127.0.0.1:6380/0?db=1", "admin")):
+        masked = mask_url(url)
+        assert "Secret" not in masked and "ab:cd" not in masked, masked
+        parts = urlsplit(masked)
+        expected = ("127.0.0.1", user or "***", user and "***")
+        assert (parts.hostname, parts.username, parts.password) == expected
+    assert mask_url(f"see redis://u:{password}@h:1/0 and more") == "see redis://u:***@h:1/0 and more"
+    assert mask_prefix(f"redis://:{password}@h/0", 14) == "redis://***"  # cut after an '@' of the password
+
+
+@pytest.mark.parametrize(("text", "masked"), [
+    ("redis://127.0.0.1:6379/0?password=QuerySecret", "redis://127.0.0.1:6379/0?password=***"),
+    ("redis://h/0?db=1&username=bob&password=pw&ssl_cert_reqs=none",
+     "redis://h/0?db=1&username=***&password=***&ssl_cert_reqs=none"),
+    ("sentinel://h1:1?sentinel_password=pw;sentinel://h2:2/0", "sentinel://h1:1?sentinel_password=***;sentinel://h2:2/0"),
+    ("redis://h/0?password=a;b#frag", "redis://h/0?password=***#frag"),  # ';' is part of a redis password
+    ("redis://h/0?%70assword=pw", "redis://h/0?%70assword=***"),  # parse_qs decodes the key
+    ("redis://h/0?PASSWORD=pw", "redis://h/0?PASSWORD=***"),
+    ("https://api.example.com/v1?q=shoes&api_key=k123&access_token=t456&page=2",
+     "https://api.example.com/v1?q=shoes&api_key=***&access_token=***&page=2"),
+    ("error at redis://u:p@h/0?password=x (retrying)", "error at redis://u:***@h/0?password=*** (retrying)"),
+])
+def test_masks_credential_query_parameters(text: str, masked: str) -> None:
+    assert mask_url(text) == masked
+
+
+@pytest.mark.parametrize("text", [
+    "redis://h/0?db=1&socket_timeout=5", "https://shop.example/list?page=2&sort=price", "redis://h/0?password=",
+    "a text? password=x without a URL", "https://passage.example/?passage=3",
+])
+def test_leaves_other_query_parameters_alone(text: str) -> None:
+    assert mask_url(text) == text
 
 
 # ---------------------------------------------------------------- bounded prefixes
@@ -140,6 +189,11 @@ FAMILIES: dict[str, Callable[[int], str]] = {
     "many matches": lambda n: "a://u:p@" * (n // 8),
     "colons": lambda n: "ab://" + "c:" * (n // 2),
     "checkpoint json": lambda n: json.dumps({"blob": "x" * n, "url": "redis://u:p@h/0", "n": [1, 2]}),
+    "many @ in an authority": lambda n: "a://" + "@" * n,
+    "long authority, no @": lambda n: "a://" + "h" * n + "/x@y",
+    "many query keys": lambda n: "a://h/?" + "password=v&" * (n // 11),
+    "long query key": lambda n: "a://h/?" + "k" * n,
+    "semicolons in a value": lambda n: "a://h/?password=" + ";a" * (n // 2),
 }
 
 

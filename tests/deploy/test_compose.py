@@ -52,6 +52,10 @@ def test_production_shape(services: dict) -> None:
         for port in spec.get("ports", []):
             assert port.startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
     assert "FLOWER_BASIC_AUTH" in " ".join(services["flower"]["entrypoint"])
+    # celery-ha web listens on the compose network: without a login it refuses that, so the service
+    # opts out explicitly (and says so) only when CELERY_HA_WEB_AUTH is empty.
+    assert "--insecure-no-auth" in " ".join(services["web"]["entrypoint"])
+    assert services["web"]["entrypoint"][:2] == ["tini", "--"]
 
 
 def test_the_healthcheck_scripts_are_valid_python(services: dict) -> None:

@@ -126,3 +126,24 @@ def test_the_page_shows_redis_numbers_refreshes_and_redrives(redis_url: str, bro
         assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
         if target := os.environ.get("DASHBOARD_SCREENSHOT"):  # refresh docs/dashboard.png on purpose
             shutil.copy(shot, target)
+
+
+def test_a_bad_interval_falls_back_to_the_default_instead_of_polling_back_to_back(
+        redis_url: str, browser) -> None:
+    # Record the delay the page gives setInterval (setInterval(f, NaN) runs f back-to-back).
+    browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
+        window.__delays = [];
+        const real = window.setInterval;
+        window.setInterval = (f, ms, ...rest) => {
+          window.__delays.push(String(ms));
+          return real(f, ms, ...rest);
+        };
+    """})
+    with web_process(redis_url, NS) as web:
+        for query, delay in (("?interval=x", "2000"), ("?interval=-5", "2000"),
+                             ("?interval=Infinity", "2000"), ("?interval=100", "250"),
+                             ("?interval=700", "700"), ("", "2000")):
+            browser.get(web.url + "/" + query)
+            delays = wait_until(lambda: browser.execute_script("return window.__delays"), timeout=20,
+                                what="the page to start polling")
+            assert delays == [delay], (query, delays)

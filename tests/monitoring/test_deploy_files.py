@@ -88,7 +88,14 @@ def test_the_monitoring_profile_runs_web_prometheus_and_provisioned_grafana() ->
     services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
     monitoring = {name for name, spec in services.items() if "monitoring" in spec.get("profiles", [])}
     assert monitoring == {"web", "prometheus", "grafana"}
-    assert " ".join(services["web"]["command"]) == "celery-ha web --host 0.0.0.0 --port 8808"
+    # Beyond loopback celery-ha web needs a login or the explicit opt-out: the service adds
+    # --insecure-no-auth only when CELERY_HA_WEB_AUTH is empty, and answers the Host name Prometheus
+    # scrapes it by (test_web_hardening runs this command for real).
+    assert " ".join(services["web"]["command"]) == \
+        "celery-ha web --host 0.0.0.0 --port 8808 --allowed-hosts web"
+    entrypoint = " ".join(services["web"]["entrypoint"])
+    assert '[ -z "$${CELERY_HA_WEB_AUTH}" ]' in entrypoint and "--insecure-no-auth" in entrypoint
+    assert "--insecure-no-auth" not in services["web"]["command"]
     for name in monitoring:
         for volume in services[name].get("volumes", []):
             source = volume.split(":")[0]

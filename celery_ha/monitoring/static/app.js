@@ -4,7 +4,10 @@
 "use strict";
 
 const params = new URLSearchParams(location.search);
-const INTERVAL_MS = Math.max(250, Number(params.get("interval") || 2000));
+// ?interval=MS, at least 250; anything that is not a positive number (?interval=x is NaN, and
+// setInterval(f, NaN) polls back-to-back) means the default.
+const ASKED_MS = Number(params.get("interval"));
+const INTERVAL_MS = Number.isFinite(ASKED_MS) && ASKED_MS > 0 ? Math.max(250, ASKED_MS) : 2000;
 const STATES = ["queued", "dispatched", "running", "delayed", "completed", "dead"];
 let session = { actions: false, csrf: null };
 let refreshes = 0;

@@ -23,7 +23,7 @@ from celery_ha.base.masking import mask_url
 from celery_ha.base.settings import Settings
 from celery_ha.integration.core.queues import MAINTENANCE, broker_queue
 from celery_ha.integration.dispatch.broker import kombu_broker
-from celery_ha.integration.dispatch.script_push import broker_db
+from celery_ha.integration.dispatch.script_push import broker_db, place_words
 from celery_ha.redisio.clock import redis_now_ms
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.worker_registry import alive_count, node_infos, split_worker
@@ -45,10 +45,7 @@ def _place(broker_url: str, settings: Settings, state_url: str) -> str:
     """Where this command's broker is, in the words of ``broker_place``."""
     if settings.broker_url is None:
         return "state"  # built from the state Redis's own URL (Sentinel included)
-    on_server, db = broker_db(broker_url, state_url)
-    if not on_server:
-        return "elsewhere"
-    return "state" if db is None else f"state-db:{db}"
+    return place_words(*broker_db(broker_url, state_url))
 
 
 def _worker_places(client: redis.Redis, namespace: str, max_age: float) -> set[str]:

@@ -22,20 +22,9 @@ from celery_ha.state import TaskQueue, task_id_for
 from tests.support.sitemap_site import Route, SitemapSite, index, urlset
 
 TASK = "fetch_page"
+NAMESPACE = "sm"  # the q fixture's (conftest.py)
 
 
-@pytest.fixture
-def site() -> Iterator[SitemapSite]:
-    s = SitemapSite().start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def q(redis_url: str) -> Iterator[TaskQueue]:
-    client = redis_client(redis_url)
-    yield TaskQueue(client, "sm")
-    client.close()
 
 
 def _iso(ts: float) -> str:

@@ -14,25 +14,13 @@ import pytest
 
 from celery_ha.fetch.sitemap import InvalidSitemap, SitemapLimits, SitemapReader, parse_lastmod
 from celery_ha.fetch.sitemap_ingest import SitemapIngest
-from celery_ha.redisio.client import redis_client
 from celery_ha.state import TaskQueue
 from tests.support.sitemap_site import Route, SitemapSite, urlset
 
 TASK = "fetch_page"
+NAMESPACE = "sme"  # the q fixture's (conftest.py)
 
 
-@pytest.fixture
-def site() -> Iterator[SitemapSite]:
-    s = SitemapSite().start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def q(redis_url: str) -> Iterator[TaskQueue]:
-    client = redis_client(redis_url)
-    yield TaskQueue(client, "sme")
-    client.close()
 
 
 def _ingest(q: TaskQueue, urls: list[str], **kw) -> SitemapIngest:

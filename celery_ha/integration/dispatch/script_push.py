@@ -238,7 +238,11 @@ def broker_place(app: Any, rt: Services) -> str:
     """Where ``app``'s broker is, against the state Redis, in the words the worker registry records
     (``celery-ha`` commands compare their own broker's, ``cli/pump_hint.py``): ``state`` (the state
     Redis's own database), ``state-db:N`` (database N of its server) or ``elsewhere``."""
-    on_server, db = _broker_db(app, rt)
+    return place_words(*_broker_db(app, rt))
+
+
+def place_words(on_server: bool, db: int | None) -> str:
+    """``broker_db``'s answer in the words the worker registry records (``broker_place``)."""
     if not on_server:
         return "elsewhere"
     return "state" if db is None else f"state-db:{db}"

@@ -3,7 +3,8 @@ checked against what already finished, and queued in batches.
 
 Why batches: a sitemap of 50,000 URLs is never held at once — the reader yields entries as it parses
 and this module holds one batch (``batch_size``, 1000) before queueing it with one
-``enqueue_many_with_status`` per batch. A document that turns out malformed half-way stops the
+``enqueue_many_with_status`` per batch (script calls of at most ``SCRIPT_BATCH`` rows each, so a
+batch never keeps Redis busy in one long call). A document that turns out malformed half-way stops the
 ingestion: the batches already queued stay queued, the unfinished batch is dropped (nothing
 half-written beyond complete batches), and running it again is harmless (dedup).
 
@@ -35,6 +36,7 @@ from celery_ha.fetch.sitemap import SitemapEntry, SitemapReader
 from celery_ha.redisio.clock import redis_now_ms
 from celery_ha.state import TaskQueue
 from celery_ha.state.done_times import finished_at
+from celery_ha.state.enqueue_args import SCRIPT_BATCH
 
 
 @dataclass
@@ -157,7 +159,7 @@ class SitemapIngest:
             if not group:
                 continue
             results = self.queue.enqueue_many_with_status(
-                [{"url": e.url, **self.base} for e in group], batch_size=self.batch_size,
+                [{"url": e.url, **self.base} for e in group], batch_size=min(self.batch_size, SCRIPT_BATCH),
                 recrawl_after=window)
             made = sum(1 for _, created in results if created)
             self.counts.new += made

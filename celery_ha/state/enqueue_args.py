@@ -28,12 +28,14 @@ from celery_ha.state.shards import shard_of
 #: Most tasks sent in one script call: bounds how long one enqueue keeps Redis busy.
 MAX_BATCH = 10_000
 
-#: The default rows per script call of enqueue and reclaim, so that no call keeps every other client
-#: (claims, renewals, heartbeats) waiting 10 ms: enqueueing 10M with 250 rows per call averaged ~5 ms
-#: a call with 86 of 40,000 calls over 10 ms of Redis CPU, with 100 rows 1.7 ms and at most 3.4 ms
-#: (benchmarks/RESULTS.md, "Slow enqueue calls at 10M"). More round trips cost no throughput: the
-#: per-row work dominates (that run was faster, 16,468 tasks/s against 13,594).
-SCRIPT_BATCH = 100
+#: The default rows per script call of enqueue, the outbox replay and reclaim, so that no call keeps
+#: every other client (claims, renewals, heartbeats) waiting 10 ms: enqueueing 10M with 250 rows per
+#: call averaged ~5 ms a call with 86 of 40,000 calls over 10 ms of Redis CPU, with 100 rows 1.7 ms
+#: and at most 3.4 ms; with the host gate on, 100-row calls still went over 10 ms on slower VMs (up
+#: to 143 of 100,000), 50-row calls none of 200,001, the longest 2.66 ms (benchmarks/RESULTS.md,
+#: "Slow enqueue calls at 10M", "The gated enqueue at 10M in 50-row calls"). More round trips cost
+#: little throughput: the per-row work dominates.
+SCRIPT_BATCH = 50
 
 #: The keys a dict spec may carry: the keyword arguments of ``TaskQueue.enqueue``.
 SPEC_FIELDS = frozenset({"url", "task", "priority", "meta", "dedup", "max_attempts", "max_stalls", "host",

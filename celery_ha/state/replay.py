@@ -20,14 +20,15 @@ from celery_ha.base.errors import InvalidInput
 from celery_ha.base.validation import MAX_NAME_CHARS, check_text, iter_many, shown
 from celery_ha.state.carried import ancestor_ids, carried_times, count_duplicates
 from celery_ha.state.done_times import HOUR_MS
-from celery_ha.state.enqueue_args import Row, grouped
+from celery_ha.state.enqueue_args import SCRIPT_BATCH, Row, grouped
 from celery_ha.state.operator_ops import expiry_ms
 from celery_ha.state.sharded import by_shard
 
 if TYPE_CHECKING:
     from celery_ha.state.taskqueue import TaskQueue
 
-#: Tasks per script call of a replay (a relay sends batches of this size at most).
+#: Tasks a relay (the Django outbox) hands to one replay at most; the replay sends them in script
+#: calls of ``SCRIPT_BATCH`` rows (one round trip each), so no call keeps Redis busy long.
 REPLAY_BATCH = 1000
 #: A task to replay: ``(id, spec)``, or ``(id, spec, requested_at)`` with the request's time (epoch
 #: seconds, or None when unknown).
@@ -39,7 +40,7 @@ def enqueue_if_absent(queue: TaskQueue, tasks: Iterable[Replayed], *,
     """Create each ``(id, spec)`` of ``queue`` under that id unless a task with it is present:
     replaying an enqueue whose id was fixed earlier (``task_ids``) queues it once, with dedup or
     without. Specs are validated first, as ``enqueue_many`` validates them (InvalidInput, nothing
-    written); one round trip per :data:`REPLAY_BATCH` tasks (per shard of a sharded namespace: each
+    written); one round trip per ``SCRIPT_BATCH`` tasks (per shard of a sharded namespace: each
     id goes to its own shard). Returns True where this call created the task (or a new run of it).
 
     A finished dedup id counts as present, however long ago it finished, unless the task comes as
@@ -66,8 +67,8 @@ def enqueue_if_absent(queue: TaskQueue, tasks: Iterable[Replayed], *,
             row[0] = own
     present = _carried(queue, rows, asked, window)
     flags: list[bool] = []
-    for at in range(0, len(rows), REPLAY_BATCH):
-        sent = [i for i in range(at, min(at + REPLAY_BATCH, len(rows))) if i not in present]
+    for at in range(0, len(rows), SCRIPT_BATCH):
+        sent = [i for i in range(at, min(at + SCRIPT_BATCH, len(rows))) if i not in present]
         got: dict[int, bool] = {}
         for shard, positions in by_shard([rows[i][0] for i in sent], queue.shard_count).items():
             part = [sent[p] for p in positions]
@@ -76,7 +77,7 @@ def enqueue_if_absent(queue: TaskQueue, tasks: Iterable[Replayed], *,
             reply = queue._run("enqueue_if_absent", window, len(times), *times,
                                *grouped([rows[i] for i in part]), shard=shard)
             got.update(zip(part, created_flags(reply), strict=True))
-        flags += [got.get(i, False) for i in range(at, min(at + REPLAY_BATCH, len(rows)))]
+        flags += [got.get(i, False) for i in range(at, min(at + SCRIPT_BATCH, len(rows)))]
     return flags
 
 

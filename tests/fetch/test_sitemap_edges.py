@@ -15,6 +15,8 @@ import pytest
 from celery_ha.fetch.sitemap import InvalidSitemap, SitemapLimits, SitemapReader, parse_lastmod
 from celery_ha.fetch.sitemap_ingest import SitemapIngest
 from celery_ha.state import TaskQueue
+from celery_ha.state.enqueue_args import SCRIPT_BATCH
+from tests.support.script_calls import script_calls
 from tests.support.sitemap_site import Route, SitemapSite, urlset
 
 TASK = "fetch_page"
@@ -159,3 +161,16 @@ def test_text_lines_split_across_chunks_keep_their_numbers(site: SitemapSite) ->
                                     content_type="text/plain")
     with pytest.raises(InvalidSitemap, match=r"UTF-8 text \(line 3\)"):
         list(SitemapReader().entries([f"{u}/bad.txt"]))
+
+
+def test_a_large_batch_is_queued_in_short_script_calls(site: SitemapSite, q: TaskQueue,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sitemap task's batches are 1,000 pages (its checkpoint unit); the enqueue under them
+    still sends at most SCRIPT_BATCH rows a call, so no call keeps Redis busy long at depth."""
+    u = site.url
+    site.routes["/s.xml"] = Route(lambda: urlset((f"{u}/p/{i}", None) for i in range(230)))
+    calls = script_calls(q, monkeypatch)
+    counts = _ingest(q, [f"{u}/s.xml"], batch_size=1000).counts
+    assert counts.new == 230 and q.stats()["queued"] == 230
+    assert calls.count("enqueue") == -(-230 // SCRIPT_BATCH)
+

@@ -7,11 +7,13 @@ import redis
 
 from celery_ha import InvalidInput, TaskQueue
 from celery_ha.state.done_times import done_hour, done_slot, remembered
+from celery_ha.state.enqueue_args import SCRIPT_BATCH
 from celery_ha.state.records import Lease
 from celery_ha.state.replay import enqueue_if_absent
 from tests.support.invariants import check_invariants
 from tests.support.polling import wait_until
 from tests.support.records import drop_records, record_count
+from tests.support.script_calls import script_calls
 
 
 @pytest.fixture
@@ -114,10 +116,14 @@ def test_bad_input_writes_nothing(q: TaskQueue, r: redis.Redis, tasks: object) -
     assert r.dbsize() == 0
 
 
-def test_large_replays_go_in_batches(q: TaskQueue) -> None:
+def test_large_replays_go_in_batches(q: TaskQueue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """2,500 rows in one replay (the outbox hands over up to 1,000): script calls of at most
+    SCRIPT_BATCH rows, so no call keeps Redis busy long at depth."""
     specs = [{"url": f"https://example.com/p/{i}", "dedup": False} for i in range(2500)]
     ids = q.task_ids(specs, dedup=False)
+    calls = script_calls(q, monkeypatch)
     assert sum(enqueue_if_absent(q, list(zip(ids, specs, strict=True)))) == 2500
+    assert calls.count("enqueue_if_absent") == 2500 // SCRIPT_BATCH
     assert sum(enqueue_if_absent(q, list(zip(ids, specs, strict=True)))) == 0
     assert q.stats()["queued"] == 2500
 

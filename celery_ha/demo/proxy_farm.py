@@ -6,7 +6,8 @@ The site's per-IP rate limit then behaves as it would against real proxies.
 
 This is the one implementation, used by the demo and by the tests (``tests/proxy_farm.py`` imports it):
 
-* :class:`ForwardProxy` is a threaded plain-HTTP forward proxy (absolute-URI requests). It can require
+* :class:`ForwardProxy` is a threaded plain-HTTP forward proxy (absolute-URI requests) that streams a
+  body of known length as it arrives. It can require
   Basic ``Proxy-Authorization`` and act as a rotating tunnel with sticky sessions, add a random delay
   per hop, or play dead.
 * :class:`ProxyFarm` is ``n`` such proxies, proxy i leaving from 127.0.0.(first + i).
@@ -21,6 +22,8 @@ import http.client
 import itertools
 import random
 import re
+import select
+import socket
 import threading
 import time
 import zlib
@@ -182,23 +185,52 @@ class ForwardProxy(LoopbackServer):
                     path = (target.path or "/") + (f"?{target.query}" if target.query else "")
                     conn.request("GET", path, headers=headers)
                     upstream = conn.getresponse()
-                    body = upstream.read()
+                    length = upstream.getheader("Content-Length")
+                    body = None if length is not None and length.isdigit() else upstream.read()
                 except OSError:
+                    conn.close()
                     with proxy._lock:
                         proxy.errors += 1
                     self.send_error(502, "upstream failed")
                     return
+                try:
+                    self.send_response(upstream.status)
+                    for k, v in upstream.getheaders():
+                        if k.lower() not in HOP_HEADERS and k.lower() != "content-length":
+                            self.send_header(k, v)
+                    self.send_header("Content-Length", str(len(body) if body is not None else length))
+                    self.end_headers()
+                    if body is not None:
+                        self.wfile.write(body)
+                    else:
+                        self._relay(upstream)
                 finally:
                     conn.close()
-                self.send_response(upstream.status)
-                for k, v in upstream.getheaders():
-                    if k.lower() not in HOP_HEADERS and k.lower() != "content-length":
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+
+            def _relay(self, upstream: http.client.HTTPResponse) -> None:
+                """Stream a body of known length as it arrives, as real proxies do; a client that
+                went away ends the upstream download too (the connection is closed)."""
+                while not client_gone(self.connection):
+                    try:
+                        chunk = upstream.read1(65536)
+                        if not chunk:
+                            return
+                        self.wfile.write(chunk)
+                        self.wfile.flush()
+                    except OSError:
+                        return
 
         return Handler
+
+
+def client_gone(sock: socket.socket) -> bool:
+    """Whether the peer of ``sock`` closed or shut down its side (an EOF waits to be read), without
+    reading anything it sent."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 class ProxyFarm:

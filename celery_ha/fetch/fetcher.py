@@ -28,6 +28,7 @@ from requests.adapters import HTTPAdapter
 from celery_ha.base.errors import InvalidInput, NoProxyAvailable
 from celery_ha.base.hosts import host_of_url
 from celery_ha.base.masking import mask_url
+from celery_ha.fetch.body_deadline import read_body_by
 from celery_ha.fetch.classify import CAPTCHA_MARKERS, classify, retry_after_seconds
 from celery_ha.fetch.errors import FetchError, HostNotReady, PermanentFetchError, RobotsDisallowed
 from celery_ha.fetch.headers import USER_AGENTS, browser_headers
@@ -283,18 +284,20 @@ class Fetcher:
         headers = browser_headers(self.user_agents)
         headers.update(options.pop("headers", None) or {})
         timeout = options.pop("timeout", self.timeout)
-        if lease is not None:
-            # Never outlive the lease: once the lock expires another worker may use this proxy × domain.
-            budget = max(0.5, (lease.expires_at_ms - lease.acquired_at_ms) / 1000.0 * 0.9)
-            timeout = (
-                (min(timeout[0], budget), min(timeout[1], budget))
-                if isinstance(timeout, tuple)
-                else min(float(timeout), budget)
-            )
-            options["proxies"] = lease.proxies
-        else:
-            options["proxies"] = {}
-        return self.session.request(method, url, headers=headers, timeout=timeout, **options)
+        if lease is None:
+            return self.session.request(method, url, headers=headers, timeout=timeout, proxies={}, **options)
+        # Never outlive the lease: once the lock expires another worker may use this proxy × domain.
+        # The connect and the answer's head fit the budget together; the body is read by its end
+        # (a per-read timeout alone lets a trickling body run on for ever).
+        budget = max(0.5, (lease.expires_at_ms - lease.acquired_at_ms) / 1000.0 * 0.9)
+        deadline = time.monotonic() + budget
+        connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+        connect = budget / 2 if connect is None else min(float(connect), budget / 2)
+        read = min(budget if read is None else float(read), max(budget - connect, budget / 2))
+        response = self.session.request(method, url, headers=headers, timeout=(connect, read),
+                                        proxies=lease.proxies, stream=True, **options)
+        read_body_by(response, deadline)
+        return response
 
     def _host_busy(self, gate: HostPacer, domain: str, status: int, retry_after: float) -> None:
         """A 429/503 from the task's own host: block the host for the whole fleet (until Retry-After,

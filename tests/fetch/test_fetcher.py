@@ -12,6 +12,7 @@ import requests
 from celery_ha.base.errors import InvalidInput
 from celery_ha.fetch.fetcher import Fetcher, FetchError, PermanentFetchError, RobotsDisallowed, classify
 from celery_ha.proxy import PoolConfig, ProxyPool
+from tests.support.polling import wait_until
 from tests.support.proxy_farm import ProxyFarm, TestSite, started
 
 P = "cha:{default}:px:"
@@ -221,3 +222,24 @@ def test_an_interrupted_fetch_returns_the_proxy_but_keeps_its_rate_hit(
     assert len(windows) == 1 and r.zcard(windows[0]) == 1  # ... so it still counts against the window
     assert r.keys(P + f"lk:*|{site.domain}") == []  # but the lock is free again
     assert pool.stats()["out_aborted"] == 1
+
+
+def test_a_trickling_body_never_outlives_the_proxy_lease(site: TestSite, redis_url: str,
+                                                         farm: ProxyFarm) -> None:
+    """A site that sends one byte every 50 ms stays inside every read timeout for 15 s; through a
+    proxy leased for 5 s the fetch must end, and the site see the connection gone, before the lease
+    ends: after it, another worker may be handed the same proxy for the same site."""
+    lock_ttl = 5.0
+    pool = ProxyPool(redis.Redis.from_url(redis_url, decode_responses=True), "trickle",
+                     PoolConfig(rate=(1000, 1.0), lock_ttl=lock_ttl))
+    pool.add_many(farm.urls[:1])
+    fetcher = quick(pool, max_rotations=1, timeout=(2.0, 10.0))
+    with pytest.raises(FetchError) as caught:
+        fetcher.fetch(site.url("/trickle?bytes=300&every=50"))
+    assert caught.value.outcome == "transport"
+    wait_until(lambda: site.ended, timeout=20, what="the site's answer to end")
+    end = site.ended[0]
+    assert 0 < end.sent < 300  # cut off part-way, not sent whole
+    assert end.ended - end.at < lock_ttl, "the site was still sending when the proxy's lease ended"
+    assert pool.stats()["out_transport"] == 1
+

@@ -2,8 +2,8 @@
 
 * :class:`TestSite` logs every request's client IP and arrival time, enforces its own per-IP limit
   (answering 429 and recording a violation), tracks in-flight requests per IP and per IP × site, and serves
-  a few behaviours (``/ok?delay=ms``, ``/status/<code>``, ``/captcha``, ``/robots.txt``; IPs in
-  ``blocked_ips`` get 403, IPs in ``failing_ips`` get 503).
+  a few behaviours (``/ok?delay=ms``, ``/trickle?bytes=N&every=ms``, ``/status/<code>``, ``/captcha``,
+  ``/robots.txt``; IPs in ``blocked_ips`` get 403, IPs in ``failing_ips`` get 503).
 * :class:`ForwardProxy` and :class:`ProxyFarm` are the product's (``celery_ha.demo.proxy_farm``), re-exported
   here: proxies whose upstream connections leave from their own 127.0.0.N source address, so the site sees
   one client IP per proxy.
@@ -24,11 +24,12 @@ from http.server import BaseHTTPRequestHandler
 from typing import TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from celery_ha.demo.proxy_farm import ForwardProxy, LoopbackServer, ProxyFarm
+from celery_ha.demo.proxy_farm import ForwardProxy, LoopbackServer, ProxyFarm, client_gone
 from tests.support.polling import wait_until
 
 __all__ = [
     "ApiEndpoint",
+    "Ended",
     "ForwardProxy",
     "Hit",
     "ProxyFarm",
@@ -60,6 +61,16 @@ class Hit:
     at: float  # time.time() at arrival
     path: str
     status: int
+
+
+@dataclass
+class Ended:
+    """A trickled answer's end: when the site stopped sending it, and how many bytes it sent."""
+
+    ip: str
+    at: float  # time.time() at arrival
+    ended: float  # time.time() when the last byte went or the client was seen gone
+    sent: int
 
 
 @dataclass
@@ -106,6 +117,7 @@ class TestSite(LoopbackServer):
         self.retry_after: str | None = None
         self.hits: list[Hit] = []
         self.violations: list[Hit] = []
+        self.ended: list[Ended] = []
         self._lock = threading.Lock()
         self._recent: dict[str, list[float]] = defaultdict(list)
         self._serve(self._handler())
@@ -145,6 +157,9 @@ class TestSite(LoopbackServer):
                 ip = self.client_address[0]
                 parts = urlsplit(self.path)
                 path = parts.path
+                if path == "/trickle":
+                    self._trickle(ip, now, parse_qs(parts.query))
+                    return
                 with site._lock:
                     admitted = site._admit(ip, now) if path != "/robots.txt" else True
                 site.tracker.enter(ip, site.name)
@@ -164,6 +179,34 @@ class TestSite(LoopbackServer):
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def _trickle(self, ip: str, now: float, query: dict[str, list[str]]) -> None:
+                """``/trickle?bytes=N&every=ms``: a body of N bytes, one byte every ``every`` ms (each
+                read of a client inside any read timeout), until it is sent or the client goes; the
+                end goes to ``site.ended``."""
+                size, every = int(query["bytes"][0]), float(query["every"][0]) / 1000.0
+                with site._lock:
+                    site.hits.append(Hit(site.name, ip, now, "/trickle", 200))
+                site.tracker.enter(ip, site.name)
+                sent = 0
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain")
+                    self.send_header("Content-Length", str(size))
+                    self.end_headers()
+                    self.wfile.flush()
+                    while sent < size and not client_gone(self.connection):
+                        self.wfile.write(b"x")
+                        self.wfile.flush()
+                        sent += 1
+                        time.sleep(every)
+                except OSError:
+                    pass
+                finally:
+                    site.tracker.leave(ip, site.name)
+                    with site._lock:
+                        site.ended.append(Ended(ip, now, time.time(), sent))
+                    self.close_connection = True
 
             def _respond(
                 self, ip: str, path: str, query: dict[str, list[str]], admitted: bool

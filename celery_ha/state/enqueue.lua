@@ -27,7 +27,7 @@
   ARGV[2] recrawl window (ms): a dedup id finished at least that long ago is queued again; -1 = never
   ARGV[3] the host key mode the host keys were made under (host, registered-domain, custom)
   ARGV[4..] runs of tasks sharing their common fields: count, priority, dedup (1/0), task name,
-    max_attempts, max_stalls, then count x (id, payload (_common.lua), host key or '')
+    max_attempts, max_stalls, then count x (id, payload (_record_codec.lua), host key or '')
   The host gate: while the namespace's gate is on (hcfg 'on' = '1', _hosts.lua), a task with a host
     key records it (st.h) and is queued in its host's queue instead of its band; otherwise the key
     is ignored and the task is exactly as without a gate. While it is on, the keys must have been

@@ -42,8 +42,8 @@ SPEC_FIELDS = frozenset({"url", "task", "priority", "meta", "dedup", "max_attemp
                          "trace"})
 
 #: One task as enqueue.lua takes it: [id, priority, dedup '1'/'0', task, max_attempts, max_stalls,
-#: payload (_common.lua), host key ('' = none)], then what its host key is derived from (:class:`KeySource`,
-#: not sent). A list, because a random id that collides, or a host key made under a key mode that
+#: payload (_record_codec.lua), host key ('' = none)], then what its host key is derived from
+#: (:class:`KeySource`, not sent). A list, because a random id that collides, or a host key made under a key mode that
 #: changed meanwhile, is replaced in place and sent again.
 Row = list[Any]
 
@@ -159,7 +159,7 @@ def build_row(url: str, task: str, priority: int, meta: Mapping[str, Any] | None
     # (the text json.dumps gives for that dict): a simple URL needs no escaping, meta is encoded once.
     # A URL alone that JSON would not escape is stored bare, 9 bytes less per task, and an https one
     # without its scheme, "//host/p", 6 bytes less (a JSON payload starts with '{', a payload
-    # starting with '/' is an https URL, a checked URL starts with a letter: _common.lua's header).
+    # starting with '/' is an https URL, a checked URL starts with a letter: _record_codec.lua's header).
     meta_json = None if meta is None else dumps_capped("meta", meta, defaults.meta_cap)
     url_json = f'"{url}"' if simple is not None else json.dumps(url, ensure_ascii=False)
     if not meta and not trace and (simple is not None or url_json[1:-1] == url):

@@ -29,7 +29,7 @@
   ARGV[4 .. 3 + n] when each task's request was made (ms since the epoch, the requester's clock; the
     earlier of it and the Redis clock counts), in task order; -1 = unknown (a finished id is present)
   ARGV[4 + n ..] runs as in enqueue.lua: count, priority, dedup (1/0), task name, max_attempts,
-    max_stalls, then count x (id, payload (_common.lua), host key or ''); the host gate as in enqueue.lua
+    max_stalls, then count x (id, payload (_record_codec.lua), host key or ''); the host gate as in enqueue.lua
   Reply: one character per task, in order: '1' created now (a new run of a finished task included,
     counted in stats 'recrawled' too), '0' present already (nothing written; a present dedup task
     counts in stats 'duplicates', as in enqueue.lua)

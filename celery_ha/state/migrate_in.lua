@@ -30,7 +30,7 @@
     (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2] what the rows are: 'r' records, 'm' remembered ids, 'c' carried ids, 'i' items
-  ARGV[3..] 'r': 6 per task: id, record (_common.lua), checkpoint JSON or '', refetch due (ms) or '',
+  ARGV[3..] 'r': 6 per task: id, record (_record_codec.lua), checkpoint JSON or '', refetch due (ms) or '',
               its time in the source's completed history (ms) or '', and its id in the source when
               the task was renamed ('' when it keeps it): kept in migmap (id -> source id) while the
               migration runs, so a renamed id another task holds is told from a re-run's

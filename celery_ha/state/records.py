@@ -83,7 +83,7 @@ class TaskInfo:
         object.__setattr__, about half of the cost), straight from the compact head's positions."""
         head, _, body = raw.partition("\n")
         # A payload of the URL alone is the bare URL, an https one without its scheme ("//host/p");
-        # a JSON payload starts with '{' (_common.lua).
+        # a JSON payload starts with '{' (_record_codec.lua).
         first = body[:1]
         payload = (_loads(body) if first == "{" else {"u": "https:" + body} if first == "/"
                    else {"u": body} if body else _EMPTY)
@@ -159,7 +159,7 @@ class TaskInfo:
 
 
 #: The fields of the compact state head, in their fixed order: the one source of truth with
-#: HEAD_FIELDS of _common.lua (tests/state/test_compact_head.py checks that the two agree). A
+#: HEAD_FIELDS of _record_codec.lua (tests/state/test_compact_head.py checks that the two agree). A
 #: compact head is these values (strings, as the JSON head held them: timestamps in decimal ms)
 #: joined by HEAD_SEP, an absent field empty, trailing empties left out; fields are only ever added
 #: at the end. The dedup flag is folded into the state letter: a dedup task's (dd "1") is written
@@ -171,7 +171,7 @@ class TaskInfo:
 HEAD_FIELDS = ("s", "ct", "dd", "n", "p", "h", "ma", "ms", "ut", "k", "w", "qt", "a", "st", "due",
                "e", "pe", "f", "iv", "sg")
 HEAD_SEP = "\x1f"
-#: A state's letter -> a dedup task's letter in a compact head (DD_UP of _common.lua).
+#: A state's letter -> a dedup task's letter in a compact head (DD_UP of _record_codec.lua).
 DEDUP_LETTERS = {"q": "Q", "d": "D", "r": "R", "w": "W", "c": "C", "x": "X"}
 _UNFOLD = {up: low for low, up in DEDUP_LETTERS.items()}
 #: A compact head's letter -> (public state, dedup).
@@ -182,13 +182,13 @@ _PADDING = [""] * _N_FIELDS
 
 
 #: A compact head that starts with it leaves the host key out: it is the host its bare-URL payload
-#: names (HOST_MARK and payload_host of _common.lua).
+#: names (HOST_MARK and payload_host of _record_codec.lua).
 HOST_MARK = "~"
 _PAYLOAD_HOST = re.compile(r"(?://|[A-Za-z][A-Za-z0-9+.\-]*://)([^/?#]*)")
 
 
 def payload_host(payload: str) -> str | None:
-    """The host a bare-URL payload names, as written (``payload_host`` of _common.lua)."""
+    """The host a bare-URL payload names, as written (``payload_host`` of _record_codec.lua)."""
     if payload[:1] == "{":
         return None
     match = _PAYLOAD_HOST.match(payload)
@@ -226,7 +226,7 @@ def decode_state(raw: str) -> dict[str, str]:
 
 
 def encode_head(st: dict[str, str]) -> str:
-    """The head ``encode()`` of _common.lua writes for ``st`` (tests, tooling): the same compact head
+    """The head ``encode()`` of _record_codec.lua writes for ``st`` (tests, tooling): the same compact head
     when it can hold every field, else a JSON head (escaped as json.dumps does, not as cjson)."""
     st = {k: v for k, v in st.items() if not (k == "n" and v == DEFAULT_TASK)}
     vals = [""] * _N_FIELDS
@@ -246,7 +246,7 @@ def encode_head(st: dict[str, str]) -> str:
 
 _loads = json.JSONDecoder().decode
 _EMPTY: dict[str, Any] = {}
-#: The task name a record leaves out (DEFAULT_TASK of _common.lua).
+#: The task name a record leaves out (DEFAULT_TASK of _record_codec.lua).
 DEFAULT_TASK = "fetch_page"
 
 

@@ -1,4 +1,4 @@
-"""The compact state head of a record (``_common.lua``'s header, ``HEAD_FIELDS``): the same fields in
+"""The compact state head of a record (``_record_codec.lua``'s header, ``HEAD_FIELDS``): the same fields in
 the same order in Lua and Python, every field through both and back, the JSON head for what the compact
 head cannot hold, and the JSON head of earlier releases read and written compact at the next write."""
 
@@ -30,7 +30,7 @@ from tests.support.invariants import check_invariants
 from tests.support.records import put_raw_record, raw_record
 
 _STATE = Path(celery_ha.state.__file__).parent
-_COMMON = (_STATE / "_common.lua").read_text(encoding="utf-8")
+_CODEC = (_STATE / "_record_codec.lua").read_text(encoding="utf-8")
 
 #: Every field at once, each value as the scripts or an odd JSON head may hold it (timestamps as they
 #: are, decimal ms or not).
@@ -50,20 +50,20 @@ def _written(payload: str) -> str:
 
 
 def _lua_list(name: str) -> list[str]:
-    match = re.search(r"local " + name + r" = \{(.*?)\}", _COMMON, re.DOTALL)
+    match = re.search(r"local " + name + r" = \{(.*?)\}", _CODEC, re.DOTALL)
     assert match, name
     return re.findall(r"'(\w+)'", match.group(1)) or re.findall(r"(\w+) = true", match.group(1))
 
 
 def test_the_field_order_is_one_in_lua_and_python() -> None:
     assert _lua_list("HEAD_FIELDS") == list(HEAD_FIELDS)
-    # The dedup task's letters too: DD_UP and DD_DOWN of _common.lua, DEDUP_LETTERS of records.py.
-    up = dict(re.findall(r"(\w) = '(\w)'", re.search(r"local DD_UP = \{(.*?)\}", _COMMON).group(1)))
-    down = dict(re.findall(r"(\w) = '(\w)'", re.search(r"local DD_DOWN = \{(.*?)\}", _COMMON).group(1)))
+    # The dedup task's letters too: DD_UP and DD_DOWN of _record_codec.lua, DEDUP_LETTERS of records.py.
+    up = dict(re.findall(r"(\w) = '(\w)'", re.search(r"local DD_UP = \{(.*?)\}", _CODEC).group(1)))
+    down = dict(re.findall(r"(\w) = '(\w)'", re.search(r"local DD_DOWN = \{(.*?)\}", _CODEC).group(1)))
     assert up == DEDUP_LETTERS and down == {v: k for k, v in DEDUP_LETTERS.items()}
     assert set(DEDUP_LETTERS) == set(STATE_NAMES) and all(v.isupper() for v in DEDUP_LETTERS.values())
-    assert re.search(r"local HEAD_SEP = '\\31'", _COMMON) and HEAD_SEP == "\x1f"
-    assert re.search(r"local DEFAULT_TASK = '(\w+)'", _COMMON).group(1) == DEFAULT_TASK
+    assert re.search(r"local HEAD_SEP = '\\31'", _CODEC) and HEAD_SEP == "\x1f"
+    assert re.search(r"local DEFAULT_TASK = '(\w+)'", _CODEC).group(1) == DEFAULT_TASK
     # Every field the scripts keep in a record's state (st.<field>) is one of them.
     used = set()
     for path in _STATE.glob("*.lua"):
@@ -73,7 +73,7 @@ def test_the_field_order_is_one_in_lua_and_python() -> None:
 
 @pytest.fixture
 def codec(tmp_path: Path, r: redis.Redis):
-    """decode() then encode() of _common.lua on one raw record, with the fields given set in between
+    """decode() then encode() of _record_codec.lua (through _common) on one raw record, with the fields given set in between
     (as a script would): (the state, as a dict, the task name put back; the record encode() writes
     for it; the payload)."""
     folder = tmp_path / "lua"

@@ -1,4 +1,4 @@
-"""The two savings of issue 30 item 2 on a real Redis, through the real scripts (``_common.lua``'s
+"""The two savings of issue 30 item 2 on a real Redis, through the real scripts (``_record_codec.lua``'s
 header): a bare https URL is stored without its scheme ("//host/p"), and a dedup task's state letter
 is upper-case with its dd field left empty. Records of the earlier forms (a whole "https://" URL, a
 head with dd "1" and a lower-case letter, a JSON head) are read right by Python and Lua and written

@@ -126,20 +126,26 @@ class FunctionLibrary:
             return ("EVALSHA", sha, len(keys), *keys, *args)
         return ("FCALL", self.text.functions[script], len(keys), *keys, *args)
 
-    def load(self, execute: Callable[..., Any]) -> None:
-        """``FUNCTION LOAD`` the library with ``execute`` (a connection's or a client's); one that is
-        there already (another process loaded it meanwhile) is fine. A refusal that says the server
-        or the user cannot have functions switches this library to ``EVALSHA``; so does a library the
-        server will not compile (logged: a bug of celery-ha's, which must not stop every task)."""
+    def load(self, execute: Callable[..., Any]) -> bool:
+        """``FUNCTION LOAD`` the library with ``execute`` (a connection's or a client's); True when the
+        server holds it now (one already there, loaded by another process meanwhile, is fine). A
+        refusal that says the server or the user cannot have functions switches this library to
+        ``EVALSHA``; so does a library the server will not compile (logged: a bug of celery-ha's,
+        which must not stop every task). A server over ``maxmemory`` refuses the load for now only:
+        False, the library stays usable, and the next ``Function not found`` loads it again."""
         try:
             execute("FUNCTION", "LOAD", self.text.text)
+        except OutOfMemoryError:
+            return False
         except ResponseError as exc:
             if "already exists" in str(exc):
-                return
+                return True
             if not refuses_functions(exc):
                 log.error("celery-ha: Redis would not load the function library %s, so its scripts run "
                           "by EVALSHA: %s", self.text.name, exc)
             self.usable = False
+            return False
+        return True
 
     def after_error(self, exc: ResponseError, execute: Callable[..., Any]) -> str | None:
         """After an error reply to an ``FCALL`` that proves it did not run, the command to send the
@@ -148,8 +154,7 @@ class FunctionLibrary:
         runs where a script runs until its first write, as before: for this call). None when the
         error is the script's own."""
         if str(exc).startswith("Function not found"):
-            self.load(execute)
-            return "EVALSHA" if self.usable is False else "FCALL"
+            return "FCALL" if self.load(execute) else "EVALSHA"
         if refuses_functions(exc):
             self.usable = False
             return "EVALSHA"

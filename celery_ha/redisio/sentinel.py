@@ -54,6 +54,11 @@ class SentinelURL:
         return {"ssl": True, **dict(self.ssl_options)} if self.ssl else {}
 
 
+#: The values ``ssl=`` may take (kombu's Sentinel URLs say ``ssl=true``).
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
 def parse_sentinel_url(url: str) -> SentinelURL:
     """Parse kombu's form; every malformed part is a one-line ConfigurationError (password masked)."""
     where = mask_url(url)
@@ -82,9 +87,16 @@ def parse_sentinel_url(url: str) -> SentinelURL:
                 raise ConfigurationError(f"bad Sentinel URL {where!r}: the database must be a number")
             dbs.add(int(path))
         query = parse_qs(parts.query)
-        part_ssl = query.pop("ssl", ["false"])[0].lower() in ("1", "true", "yes")
-        ssl = ssl or part_ssl
+        flag = query.pop("ssl", ["false"])[0].lower()
+        if flag not in _TRUE + _FALSE:
+            raise ConfigurationError(f"bad Sentinel URL {where!r}: ssl={flag!r} is not true or false")
+        ssl = ssl or flag in _TRUE
         ssl_options.update(tls_query_options(query, f"bad Sentinel URL {where!r}", also_known=("ssl",)))
+    if ssl_options and not ssl:
+        # TLS options without TLS would connect in clear, the password included: refused, as
+        # rediss+cluster:// is required for a cluster's.
+        raise ConfigurationError(f"bad Sentinel URL {where!r}: TLS options "
+                                 f"({', '.join(sorted(ssl_options))}) need ssl=true")
     if not hosts:
         raise ConfigurationError(f"bad Sentinel URL {where!r}: no sentinel named")
     if len(dbs) > 1:

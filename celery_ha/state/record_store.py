@@ -8,7 +8,6 @@ hash ``tasks`` of earlier releases read until its records are written again. Rea
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,13 +20,18 @@ from celery_ha.state.keys import QueueKeys
 _HERE = Path(__file__).parent
 #: Ids per script call: a read of a page of a listing is one call; a longer one is cut.
 READ_CHUNK = 1000
-_readers: weakref.WeakKeyDictionary[redis.Redis, LuaScript] = weakref.WeakKeyDictionary()
+#: The attribute a client keeps its records reader in. On the client, not in a cache keyed by it: the
+#: reader holds its client, so a cache entry would keep every short-lived client (a CLI call's, a
+#: request's) and the connection it holds for the life of the process; as an attribute the two form
+#: a cycle the collector frees with the client.
+_READER = "_celery_ha_records_reader"
 
 
 def _reader(client: redis.Redis) -> LuaScript:
-    script = _readers.get(client)
+    script = getattr(client, _READER, None)
     if script is None:
-        script = _readers[client] = LuaScript(client, script_source(str(_HERE), "records"))
+        script = LuaScript(client, script_source(str(_HERE), "records"))
+        setattr(client, _READER, script)
     return script
 
 

@@ -182,6 +182,31 @@ def test_over_maxmemory_a_transition_runs_as_a_script_would(redis_url: str, r: r
     assert (stats["completed"], stats["queued"], stats["dead"], stats["running"]) == (1, 1, 1, 0)
 
 
+def test_a_library_lost_while_over_maxmemory_is_loaded_again_once_memory_is_back(
+        redis_url: str, r: redis.Redis) -> None:
+    """The server refuses FUNCTION LOAD while over maxmemory: that call goes by EVALSHA, and the
+    library is loaded by a later call once there is memory again (FCALL is not given up for good)."""
+    if _major(r) < 7:
+        pytest.skip("function libraries need Redis 7 (this server is older)")
+    q = TaskQueue.from_url(redis_url)
+    q.enqueue_many(["https://example.com/a", "https://example.com/b"])
+    held = q.claim_next("w")
+    assert held is not None
+    library = q._scripts.library
+    r.function_flush()  # a restart without persistence, say, while the server is full
+    r.config_set("maxmemory", "1")
+    try:
+        q.complete(held)  # the reload is refused: this call runs by EVALSHA
+    finally:
+        r.config_set("maxmemory", "0")
+    assert library.usable is not False
+    r.config_resetstat()
+    _lease = q.claim_next("w")
+    assert _lease is not None and _calls(r, "fcall") >= 1 and _calls(r, "evalsha") == 0
+    assert r.execute_command("FUNCTION", "LIST", "LIBRARYNAME", library.text.name)
+    assert q.stats()["completed"] == 1
+
+
 def test_the_library_name_is_a_digest_of_all_it_runs() -> None:
     """A release that changes only the wrapper (flags, begin_call) gets a library of its own, not an
     older one found "already there"."""

@@ -43,11 +43,21 @@ def test_parse_kombu_form() -> None:
 
 
 @pytest.mark.parametrize("url", ["sentinel://", "sentinel://h:1;redis://h:2", "sentinel://h:1/x",
-                                 "sentinel://h:1/0;sentinel://h:2/1", "sentinel://h:99999"])
+                                 "sentinel://h:1/0;sentinel://h:2/1", "sentinel://h:99999",
+                                 # TLS options without ssl=true would connect in clear: refused
+                                 "sentinel://:s3cret@h:1/0?ssl_cert_reqs=required&ssl_ca_certs=/ca.pem",
+                                 "sentinel://:s3cret@h:1/0?ssl=maybe&ssl_ca_certs=/ca.pem"])
 def test_bad_urls_are_one_line_configuration_errors(url: str) -> None:
     with pytest.raises(ConfigurationError) as err:
         parse_sentinel_url(url)
-    assert "\n" not in str(err.value)
+    assert "\n" not in str(err.value) and "s3cret" not in str(err.value)
+
+
+def test_ssl_flags_read_as_kombu_and_redis_py_write_them() -> None:
+    for flag in ("true", "1", "yes", "on", "TRUE"):
+        assert parse_sentinel_url(f"sentinel://h:1/0?ssl={flag}&ssl_ca_certs=/ca.pem").tls() == {
+            "ssl": True, "ssl_ca_certs": "/ca.pem"}
+    assert parse_sentinel_url("sentinel://h:1/0?ssl=false").tls() == {}
 
 
 def test_a_sentinel_url_needs_the_master_name(monkeypatch: pytest.MonkeyPatch) -> None:

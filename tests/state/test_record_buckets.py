@@ -116,3 +116,25 @@ def test_a_record_leaves_out_what_is_at_its_default_and_reads_back_whole(redis_u
     info = q.get("OLDRECORD001")
     assert (info.task, info.url, info.max_attempts, info.state) == ("fetch_page", "https://example.com/o", 3,
                                                                    "queued")
+
+
+def test_short_lived_clients_that_read_records_are_freed_with_their_connections(redis_url: str,
+                                                                                 r: redis.Redis) -> None:
+    """A CLI call or a web request makes its own client and reads a record: once it is gone, so is its
+    connection (a cache keyed by the client that held its reader kept every one for good)."""
+    import gc
+
+    from celery_ha.redisio.client import redis_client
+    from celery_ha.state.keys import QueueKeys
+    from celery_ha.state.record_store import read_record
+
+    def connected() -> int:
+        return int(r.info("clients")["connected_clients"])
+
+    before = connected()
+    for i in range(30):
+        client = redis_client(redis_url)
+        assert read_record(client, QueueKeys("short"), f"t{i}") is None
+        del client
+    gc.collect()
+    assert connected() <= before + 1

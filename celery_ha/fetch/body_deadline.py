@@ -30,6 +30,14 @@ class BodyTooSlow(requests.exceptions.ReadTimeout):
     """The body did not arrive by the deadline (the proxy lease's end): a timeout, for the pool."""
 
 
+def within(timeout: float | tuple[float | None, float | None] | None, budget: float) -> tuple[float, float]:
+    """requests' ``(connect, read)`` timeouts from a caller's ``timeout``, cut so that the connect and
+    the answer's head fit ``budget`` seconds together (each at least half of it)."""
+    connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+    connect = budget / 2 if connect is None else min(float(connect), budget / 2)
+    return connect, min(budget if read is None else float(read), max(budget - connect, budget / 2))
+
+
 def _socket_of(response: requests.Response) -> socket.socket | None:
     """A duplicate of the response's socket (``fileno()``, public in urllib3 and http.client): it
     reaches the connection even once http.client has handed the socket to the response (an answer

@@ -28,7 +28,7 @@ from requests.adapters import HTTPAdapter
 from celery_ha.base.errors import InvalidInput, NoProxyAvailable
 from celery_ha.base.hosts import host_of_url
 from celery_ha.base.masking import mask_url
-from celery_ha.fetch.body_deadline import read_body_by
+from celery_ha.fetch.body_deadline import read_body_by, within
 from celery_ha.fetch.classify import CAPTCHA_MARKERS, classify, retry_after_seconds
 from celery_ha.fetch.errors import FetchError, HostNotReady, PermanentFetchError, RobotsDisallowed
 from celery_ha.fetch.headers import USER_AGENTS, browser_headers
@@ -291,10 +291,7 @@ class Fetcher:
         # (a per-read timeout alone lets a trickling body run on for ever).
         budget = max(0.5, (lease.expires_at_ms - lease.acquired_at_ms) / 1000.0 * 0.9)
         deadline = time.monotonic() + budget
-        connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
-        connect = budget / 2 if connect is None else min(float(connect), budget / 2)
-        read = min(budget if read is None else float(read), max(budget - connect, budget / 2))
-        response = self.session.request(method, url, headers=headers, timeout=(connect, read),
+        response = self.session.request(method, url, headers=headers, timeout=within(timeout, budget),
                                         proxies=lease.proxies, stream=True, **options)
         read_body_by(response, deadline)
         return response

@@ -43,8 +43,8 @@ SPEC_FIELDS = frozenset({"url", "task", "priority", "meta", "dedup", "max_attemp
 
 #: One task as enqueue.lua takes it: [id, priority, dedup '1'/'0', task, max_attempts, max_stalls,
 #: payload (_record_codec.lua), host key ('' = none)], then what its host key is derived from
-#: (:class:`KeySource`, not sent). A list, because a random id that collides, or a host key made under a key mode that
-#: changed meanwhile, is replaced in place and sent again.
+#: (:class:`KeySource`, not sent). A list, because a random id that collides, or a host key made under
+#: a key mode that changed meanwhile, is replaced in place and sent again.
 Row = list[Any]
 
 

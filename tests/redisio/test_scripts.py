@@ -139,7 +139,8 @@ def test_success_replies_are_never_refusals() -> None:
 def _prelude_functions() -> dict[str, str]:
     """name -> body of every function the shared includes define."""
     out: dict[str, str] = {}
-    for include in ("_common", "_record_codec", "_replies", "_dispatch", "_refetch", "_remembered", "_records"):
+    for include in ("_common", "_record_codec", "_replies", "_dispatch", "_refetch", "_remembered",
+                    "_records"):
         parts = re.split(r"^local function (\w+)", (STATE_LUA / f"{include}.lua").read_text(), flags=re.M)
         out.update(zip(parts[1::2], parts[2::2], strict=True))
     return out

@@ -73,9 +73,9 @@ def test_the_field_order_is_one_in_lua_and_python() -> None:
 
 @pytest.fixture
 def codec(tmp_path: Path, r: redis.Redis):
-    """decode() then encode() of _record_codec.lua (through _common) on one raw record, with the fields given set in between
-    (as a script would): (the state, as a dict, the task name put back; the record encode() writes
-    for it; the payload)."""
+    """decode() then encode() of _record_codec.lua (through _common) on one raw record, with the fields
+    given set in between (as a script would): (the state, as a dict, the task name put back; the record
+    encode() writes for it; the payload)."""
     folder = tmp_path / "lua"
     shutil.copytree(_STATE, folder, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
     (folder / "codec.lua").write_text("--#include _common\nlocal st, payload = decode(ARGV[2])\n"

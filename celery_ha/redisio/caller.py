@@ -85,8 +85,9 @@ class LuaScript:
     again, up to 10 times): the error is raised. A Redis Cluster client goes through
     :class:`celery_ha.redisio.cluster_caller.ClusterScript` (the same rule, plus MOVED / ASK / NOSCRIPT
     per node); other clients (single-connection) take redis-py's ordinary path. With a
-    :class:`ReplicaWait`, ``WAIT`` travels in the same write as the
-    script and its reply is read after the script's.
+    :class:`ReplicaWait`, ``WAIT`` is written right behind the script, in a write of its own (a send
+    that fails there cannot be retried: the script may have gone whole), and its reply is read after
+    the script's: still one round trip.
     """
 
     def __init__(self, client: redis.Redis, source: str, pins: PinnedConnections | None = None,
@@ -132,10 +133,14 @@ class LuaScript:
         try:
             command = self.command(keys, args)
             try:
-                _send(conn, command, *self._commands)
+                _send(conn, command)
             except (RedisConnectionError, RedisTimeoutError):
                 conn.disconnect()  # the command never reached the server whole: safe to send again
-                _send(conn, command, *self._commands)
+                _send(conn, command)
+            if self._commands:
+                # WAIT in a write of its own: once the script went whole, a failure to send WAIT leaves
+                # the script's outcome unknown (it may run), so it is raised as a lost reply is.
+                _send(conn, *self._commands)
             for _ in range(3):  # each turn: a reply that proves the script did not run
                 try:
                     return self._read(conn)

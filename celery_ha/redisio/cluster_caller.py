@@ -124,16 +124,18 @@ class ClusterScript:
         return self.client.get_node(host=host, port=port) or ClusterNode(host, port)
 
     def _once(self, conn: Connection, command: tuple[Any, ...], asking: bool) -> Any:
-        """Send (ASKING,) the script (and WAIT) in one write, then read the replies in order."""
+        """Send (ASKING,) the script, then WAIT right behind it, and read the replies in order."""
         commands = ((("ASKING",),) if asking else ()) + (command,)
-        if self._wait is not None:
-            commands += (self._wait.command,)
         packed = conn.pack_commands(commands)
         try:
             conn.send_packed_command(packed, check_health=True)
         except (RedisConnectionError, RedisTimeoutError):
-            conn.disconnect()  # nothing reached the server whole: safe to send again, once
+            conn.disconnect()  # the script never reached the server whole: safe to send again, once
             conn.send_packed_command(packed, check_health=True)
+        if self._wait is not None:
+            # Its own write: once the script went whole, a failure to send WAIT leaves the script's
+            # outcome unknown (it may run), so it is raised as a lost reply is, never sent again.
+            conn.send_packed_command(conn.pack_commands((self._wait.command,)), check_health=False)
         if asking:
             conn.read_response()
         error: BaseException | None = None

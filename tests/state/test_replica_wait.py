@@ -75,3 +75,36 @@ def test_settings_carry_the_replica_bound() -> None:
     assert (s.min_replicas, s.replica_timeout) == (2, 0.5)
     q = TaskQueue.for_settings(redis.Redis(port=1), s)
     assert q._scripts.wait is not None and q._scripts.wait.command == ("WAIT", 2, 500)
+
+
+class _DiesAtWait(redis.Connection):
+    """A connection whose socket dies just as WAIT is written, once: everything before it (the
+    script, whole) has reached the server."""
+
+    died = 0
+
+    def send_packed_command(self, command, check_health=True):  # type: ignore[no-untyped-def]
+        items = [command] if isinstance(command, (bytes, str, memoryview)) else list(command)
+        for item in items:
+            if _DiesAtWait.died == 0 and bytes(item).startswith(b"*3\r\n$4\r\nWAIT\r\n"):
+                _DiesAtWait.died += 1
+                self.disconnect()
+                raise redis.ConnectionError("the socket died while WAIT was being written")
+            super().send_packed_command([item], check_health=check_health)
+
+
+def test_a_send_that_dies_after_the_script_went_whole_is_not_sent_again(
+        pair: tuple[RedisProcess, RedisProcess]) -> None:
+    """The script reached the server whole and runs; only WAIT's write failed. Sending both again
+    would run the script twice (here: two tasks for one enqueue), so the call fails instead, as a
+    call whose reply was lost does."""
+    master, _ = pair
+    pool = redis.ConnectionPool.from_url(master.url, connection_class=_DiesAtWait, decode_responses=True)
+    q = TaskQueue(redis.Redis(connection_pool=pool), "once", min_replicas=1, replica_timeout=0.5)
+    _DiesAtWait.died = 1  # not yet: the queue's first calls (its registration, layout) go through
+    q.enqueue("https://example.com/first", dedup=False)
+    _DiesAtWait.died = 0
+    with pytest.raises(redis.ConnectionError):
+        q.enqueue("https://example.com/a", dedup=False)
+    assert _DiesAtWait.died == 1
+    assert q.stats()["queued"] == 2  # the first, and this one's script once

@@ -11,15 +11,16 @@ Every request reads Redis afresh, so the process keeps no state and any number c
 With credentials every route needs them. Every request's ``Host`` must name this server (a loopback
 name, the bound address, an IP literal when bound beyond loopback, or a name given with
 ``allowed_hosts``), so a web page cannot reach it through DNS rebinding. The HTTP layer is bounded:
-an idle socket times out, the connections served at once are capped (extra ones are closed), a
-request body is read whole or the connection is closed (so it is never taken for a second request),
-and every error, the standard library's own included, is a small JSON document with the security
-headers.
+an idle socket times out, and so does a request not received whole within a deadline, the
+connections served at once are capped (extra ones are closed), a request body is read whole or the
+connection is closed (so it is never taken for a second request), and every error, the standard
+library's own included, is a small JSON document with the security headers.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import ipaddress
 import json
 import logging
@@ -60,6 +61,8 @@ SECURITY_HEADERS = {
 SOCKET_TIMEOUT = 20.0
 #: Connections served at once; one more is answered 503 and closed (each holds a thread).
 MAX_CONNECTIONS = 64
+#: Seconds for one whole request (line, headers, body; kept alive: from the previous response's end).
+REQUEST_DEADLINE = 30.0
 
 
 def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -166,6 +169,20 @@ class WebApp:
         return (resources.files("celery_ha.monitoring") / "static" / name).read_bytes()
 
 
+class _DeadlineReader(socket.SocketIO):
+    """Reads that raise TimeoutError (ending the connection) past ``deadline``, however fast each one is."""
+    deadline = float("inf")  # a time.monotonic() value, set at each request
+
+    def readinto(self, buffer: Any) -> int | None:
+        if (left := self.deadline - time.monotonic()) <= 0:
+            raise TimeoutError("the request was not received within its deadline")
+        self._sock.settimeout(min(per_read := self._sock.gettimeout(), left))  # per_read: socket_timeout
+        try:
+            return super().readinto(buffer)
+        finally:
+            self._sock.settimeout(per_read)  # the response is written with the per-read timeout
+
+
 class Handler(BaseHTTPRequestHandler):
     server_version = "celery-ha-web"
     sys_version = ""
@@ -182,6 +199,13 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         self.timeout = self.server.socket_timeout  # type: ignore[attr-defined]
         super().setup()
+        self.rfile.close()  # the plain reader (the socket stays open), replaced by one with a deadline
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, "rb"))
+
+    def handle_one_request(self) -> None:
+        """Each request, and on a kept-alive connection the wait for it, is due within the deadline."""
+        self.rfile.raw.deadline = time.monotonic() + self.server.request_deadline  # type: ignore[attr-defined]
+        super().handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), mask_url(format % args))
@@ -278,7 +302,7 @@ class Handler(BaseHTTPRequestHandler):
         except redis.RedisError as exc:
             self._error(503, f"Redis unavailable: {exc}")
         except TimeoutError:
-            self.close_connection = True  # the client stopped sending its body: nobody to answer
+            self.close_connection = True  # the body stopped coming or missed the deadline: nobody to answer
         except Exception:
             log.exception("%s %s failed", self.command, mask_url(urlsplit(self.path).path))
             self.close_connection = True
@@ -353,10 +377,11 @@ class WebServer(ThreadingHTTPServer):
     request_queue_size = 64
 
     def __init__(self, app: WebApp, host: str, port: int, max_connections: int = MAX_CONNECTIONS,
-                 socket_timeout: float = SOCKET_TIMEOUT) -> None:
+                 socket_timeout: float = SOCKET_TIMEOUT, request_deadline: float = REQUEST_DEADLINE) -> None:
         self.address_family, address = bind_address(host, port)
         self.app = app
         self.socket_timeout = socket_timeout
+        self.request_deadline = request_deadline
         self._slots = threading.BoundedSemaphore(max_connections)
         super().__init__(address, Handler)
         #: Whether the address actually bound is loopback (decides the Host rule and the CLI's check).

@@ -1,22 +1,24 @@
 """``celery-ha web`` at the HTTP level, with raw sockets: a body the server does not read ends the
 connection (it is never run as a second request), hostile bodies are 4xx, the standard library's own
-errors are JSON with the security headers, and idle or excess connections cannot pile up."""
+errors are JSON with the security headers, and idle, excess or trickling connections cannot pile up."""
 
 from __future__ import annotations
 
 import json
 import re
+import select
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
 
-from celery_ha.monitoring.auth import basic_header
+from celery_ha.monitoring.auth import BasicAuth, basic_header
 from celery_ha.monitoring.collector import Source
 from celery_ha.monitoring.dashboard import Reader
-from celery_ha.monitoring.server import SOCKET_TIMEOUT, WebApp, WebServer
+from celery_ha.monitoring.server import REQUEST_DEADLINE, SOCKET_TIMEOUT, WebApp, WebServer
 from celery_ha.proxy import ProxyPool
 from celery_ha.state import TaskQueue
 from tests.monitoring.webproc import Web, web_process
@@ -173,3 +175,117 @@ def test_connections_past_the_cap_are_refused_and_served_again_once_one_leaves(a
     finally:
         first.close()
         second.close()
+
+
+# ---------------------------------------------------------------- the request deadline: slowloris clients
+
+DEADLINE = 1.5  # the request deadline of these servers
+PER_READ = 10.0  # their per-read timeout: far above the trickle's pace and the tests' waits
+SLACK = 2.5  # how late after the deadline the close may be noticed
+TRICKLE = 0.3  # seconds between two trickled bytes (the pace of wait_until's polling)
+
+
+class Trickler:
+    """A slowloris client: sends ``head`` at once, then ``data`` one byte per ``step()``, and notes
+    when the server closes the connection (each byte arrives well inside the per-read timeout)."""
+
+    def __init__(self, address: tuple[str, int], head: bytes, data: bytes = b"a" * 4000) -> None:
+        self.opened = time.monotonic()
+        self.sock = socket.create_connection(address, timeout=10)
+        self.sock.sendall(head)
+        self.data, self.sent, self.received = data, 0, b""
+        self.closed_after: float | None = None  # seconds from connecting to the server's close
+
+    def step(self) -> bool:
+        """Send the next byte, unless the server has closed (then True)."""
+        if self.closed_after is None:
+            try:
+                if select.select([self.sock], [], [], 0)[0]:
+                    chunk = self.sock.recv(65536)
+                    self.received += chunk
+                    if not chunk:
+                        raise ConnectionResetError("closed by the server")
+                else:
+                    self.sock.send(self.data[self.sent:self.sent + 1])
+                    self.sent += 1
+            except (BrokenPipeError, ConnectionResetError):
+                self.closed_after = time.monotonic() - self.opened
+        return self.closed_after is not None
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def auth_app(redis_url: str) -> WebApp:
+    q, pool = TaskQueue.from_url(redis_url, NS), ProxyPool.from_url(redis_url, NS)
+    return WebApp(Reader(q.client, q, pool, 30), Source(q.client, NS, 30, None), BasicAuth(*AUTH))
+
+
+def _heads(port: int, csrf: str) -> dict[str, bytes]:
+    """What a trickler sends at once, by the part of the request it then trickles."""
+    post = {"Authorization": basic_header(*AUTH), "X-CSRF-Token": csrf, "Content-Type": "application/json",
+            "Content-Length": "4000"}
+    return {"request line": b"GET /healthz?",
+            "headers": request("GET", "/healthz", port)[:-2] + b"X-Slow: ",
+            "body": request("POST", "/api/dead/redrive", port, post)}
+
+
+@pytest.mark.parametrize("part", ["request line", "headers", "body"])
+def test_a_client_trickling_its_request_is_closed_at_the_request_deadline(auth_app: WebApp, serve,
+                                                                           part: str) -> None:
+    assert SOCKET_TIMEOUT <= REQUEST_DEADLINE <= 60  # the default: at least one whole per-read timeout
+    address = serve(auth_app, socket_timeout=PER_READ, request_deadline=DEADLINE)
+    slow = Trickler(address, _heads(address[1], auth_app.auth.csrf_token())[part])  # type: ignore[union-attr]
+    try:
+        # Closed by the deadline (wait_until's timeout bounds how late), not before it.
+        wait_until(slow.step, timeout=DEADLINE + SLACK, interval=TRICKLE, what=f"the server to close: {part}")
+        assert slow.closed_after is not None and slow.closed_after >= DEADLINE
+        assert slow.sent >= DEADLINE / TRICKLE / 2 and slow.received == b""  # it kept sending; nothing served
+    finally:
+        slow.close()
+
+
+def test_tricklers_holding_every_slot_leave_at_the_deadline_and_others_are_served(app: WebApp,
+                                                                                  serve) -> None:
+    address = serve(app, max_connections=3, socket_timeout=PER_READ, request_deadline=DEADLINE)
+    head = request("GET", "/healthz", address[1])[:-2] + b"X-Slow: "
+    slow = [Trickler(address, head) for _ in range(3)]
+    try:
+        assert _healthz(address) == [503]  # every slot taken
+        assert wait_until(lambda: all([t.step() for t in slow]) and _healthz(address) == [200],
+                          timeout=DEADLINE + SLACK, interval=TRICKLE, what="the tricklers to be dropped")
+        assert all(DEADLINE <= (t.closed_after or 0) for t in slow)
+    finally:
+        for t in slow:
+            t.close()
+
+
+def _response(sock: socket.socket) -> int:
+    """Read one whole response from a kept-alive connection; its status."""
+    raw = b""
+    while b"\r\n\r\n" not in raw:
+        raw += sock.recv(65536) or pytest.fail(f"closed mid-response: {raw!r}")
+    head, _, body = raw.partition(b"\r\n\r\n")
+    length = int(re.search(rb"Content-Length: (\d+)", head).group(1))  # type: ignore[union-attr]
+    while len(body) < length:
+        body += sock.recv(65536) or pytest.fail("closed mid-body")
+    return int(STATUS.match(head).group(1))  # type: ignore[union-attr]
+
+
+def test_a_kept_alive_connection_gets_a_deadline_per_request_and_an_idle_one_leaves_by_it(app: WebApp,
+                                                                                         serve) -> None:
+    address = serve(app, socket_timeout=PER_READ, request_deadline=DEADLINE)
+    with socket.create_connection(address, timeout=10) as sock:
+        started = time.monotonic()
+
+        def ask() -> bool:  # prompt requests on one connection, for longer than one deadline
+            sock.sendall(request("GET", "/healthz", address[1]))
+            assert _response(sock) == 200
+            return time.monotonic() - started > 2 * DEADLINE
+
+        wait_until(ask, timeout=10, interval=0.2, what="two deadlines of requests")
+        idle = time.monotonic()
+        wait_until(lambda: select.select([sock], [], [], 0)[0] and sock.recv(100) == b"",
+                   timeout=DEADLINE + SLACK, interval=0.05, what="the idle connection to be closed")
+        assert time.monotonic() - idle >= DEADLINE - 0.5  # closed by the deadline, not at once

@@ -15,7 +15,8 @@
     forget(P, pid)                drop every trace of one proxy (expiry, explicit removal)
     bury(P, pid, now)             forget an expired proxy, keeping its ban in a tombstone tomb:<id>
     housekeeping(P, now, limit, by_time) -> leases reaped   expire proxies, empty the in-use zone of
-                                  dead leases, and (by_time) end due temporary bans without a check
+                                  dead leases, and (by_time: no health check configured) end due
+                                  temporary bans and admit the proxies waiting in 'new' unchecked
     backoff(base, cap, n, jitter) -> ms   jittered exponential backoff
     temp_ban(P, pid, now, base, cap, max_tbans, jitter, reason) -> 'tban' | 'pban'
     make_available(P, pid, now, K) -> score   (re)join the available zone (bumps the pool's
@@ -117,7 +118,9 @@ end
 
 -- Bounded housekeeping run by acquire: proxies whose provider lifetime ended, and leases whose
 -- borrower died (their lock keys already expired by TTL; this empties the in-use zone). With by_time
--- (no health check configured), temporary bans whose time is up end here: nothing else would end them.
+-- (no health check configured), temporary bans whose time is up end here, and proxies added with
+-- verify leave the 'new' zone unchecked (counted as admitted_unchecked): nothing else would ever end
+-- either wait. A 'new' proxy a checker has claimed (its due time pushed past now) waits for that probe.
 local function housekeeping(P, now, limit, by_time, K)
   local gone = redis.call('ZRANGEBYSCORE', P .. 'exp', '-inf', now, 'LIMIT', 0, limit)
   for _, pid in ipairs(gone) do bury(P, pid, now) end
@@ -135,6 +138,9 @@ local function housekeeping(P, now, limit, by_time, K)
     local due = redis.call('ZRANGEBYSCORE', P .. 'tb', '-inf', now, 'LIMIT', 0, limit)
     for _, pid in ipairs(due) do make_available(P, pid, now, K) end
     if #due > 0 then redis.call('HINCRBY', P .. 'stats', 'unbanned_by_time', #due) end
+    local waiting = redis.call('ZRANGEBYSCORE', P .. 'new', '-inf', now, 'LIMIT', 0, limit)
+    for _, pid in ipairs(waiting) do make_available(P, pid, now, K) end
+    if #waiting > 0 then redis.call('HINCRBY', P .. 'stats', 'admitted_unchecked', #waiting) end
   end
   return #dead
 end

@@ -23,7 +23,8 @@
   ARGV[9] proxy ids the caller must not get (space separated, may be empty)
   ARGV[10] domain budget: requests per window across all proxies (0 = none)
   ARGV[11] budget window (ms)
-  ARGV[12] '1': temporary bans whose time is up end in housekeeping (no health check configured)
+  ARGV[12] '1': no health check configured, so housekeeping ends temporary bans whose time is up and
+    admits the proxies waiting in 'new' (added with verify) unchecked
   ARGV[13] score constants (scoring.py SCORE_ARG)
   Reply: {'ok', pid, token, url, lease_expiry_ms, now_ms} on success, or
     {'none', retry_after_ms, reason} with reason 'budget' (the domain's budget is spent), 'empty' (no

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,6 +10,8 @@ from celery_ha.base.errors import InvalidInput
 from celery_ha.base.settings import Settings
 from celery_ha.base.validation import check_int, check_number, check_seconds, parse_rate
 from celery_ha.proxy.validation import normalize_domain
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -30,9 +33,10 @@ class PoolConfig:
     max_temp_bans: int = 5  # the next ban after this many is permanent
     block_ban_base: float = 60.0  # per-domain cool-down after a block (401/403/429/captcha)
     block_ban_cap: float = 3600.0
-    # Temporary bans end by time alone (in acquire's housekeeping) instead of after a passed health
-    # check. None: True when CELERY_HA_PROXY_CHECK_URL is unset, since then no check ever runs and a
-    # "temporary" ban would never end.
+    # The pool runs without health checks: temporary bans end by time alone and proxies added with
+    # verify=True leave the 'new' zone unchecked (both in acquire's housekeeping), instead of after a
+    # passed check. None: True when CELERY_HA_PROXY_CHECK_URL is unset, since then no check ever runs
+    # and a "temporary" ban would never end, nor would a verified proxy ever be used.
     unban_by_time: bool | None = None
 
     def __post_init__(self) -> None:
@@ -54,6 +58,7 @@ class PoolConfig:
             self.unban_by_time = not Settings.one("proxy_check_url")
         elif not isinstance(self.unban_by_time, bool):
             raise InvalidInput(f"unban_by_time must be True, False or None, got {self.unban_by_time!r}")
+        self._warned_unchecked = False
         # Built once: release is the hot path and sends this with every call.
         self._release_arg = " ".join(
             str(int(v))
@@ -77,6 +82,19 @@ class PoolConfig:
     def health_ban_arg(self) -> str:
         """ARGV[6] of ``health_result.lua``: ``"ban_base_ms ban_cap_ms max_temp_bans"``."""
         return f"{int(self.ban_base * 1000)} {int(self.ban_cap * 1000)} {self.max_temp_bans}"
+
+    def warn_unchecked(self, added: int) -> None:
+        """Say once (per config, so per worker pool) that proxies just added with verify=True will be
+        used unchecked: without a check that is the only way they are ever used, and a silent change of
+        what verify means would surprise whoever relies on it to keep dead free proxies out."""
+        if added and self.unban_by_time and not self._warned_unchecked:
+            self._warned_unchecked = True
+            log.warning(
+                "proxy add: %d proxy(ies) added with verify=True join rotation unchecked at the next acquire:"
+                " no health check runs (CELERY_HA_PROXY_CHECK_URL unset, or unban_by_time=True); set"
+                " CELERY_HA_PROXY_CHECK_URL to keep new proxies out until a check passes",
+                added,
+            )
 
     @classmethod
     def from_env(cls, **overrides: Any) -> PoolConfig:

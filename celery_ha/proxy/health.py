@@ -5,7 +5,9 @@ through the proxy. Pass → available again (the check counts as a success, so a
 a fair score); fail → banned again with a longer backoff, permanently after too many bans (a free-list
 proxy failing its first check is banned for good). Meant to run from Celery beat
 (``tasks/maintenance.py``); safe to run from several places at once, because each proxy is claimed
-atomically before it is probed.
+atomically before it is probed. Where no check runs (no ``CELERY_HA_PROXY_CHECK_URL``:
+``PoolConfig.unban_by_time``), the pool's housekeeping ends due bans and admits new proxies instead,
+unchecked, since nothing else ever would.
 """
 
 from __future__ import annotations

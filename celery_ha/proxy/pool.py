@@ -110,7 +110,8 @@ class ProxyPool:
         """Add (or refresh) one proxy; returns its id (``host:port``). Raises InvalidInput, writing nothing.
 
         ``ttl`` (seconds) is the proxy's lifetime at its provider; ``verify=True`` keeps it out of rotation
-        until a health check passes (free lists); ``group`` ties it to a shared concurrency cap.
+        until a health check passes (free lists), or, when none runs (``PoolConfig.unban_by_time``), until
+        the next acquire, with a warning; ``group`` ties it to a shared concurrency cap.
         """
         spec = parse_proxy_url(url, session=session)
         self.add_specs([spec], source=source, ttl=ttl, verify=verify, group=group)
@@ -161,6 +162,7 @@ class ProxyPool:
         )
         if int(conflicts):  # an id is never moved between groups (two providers' caps would mix)
             log.warning("proxy add: %d id(s) already belong to another group; left there", int(conflicts))
+        self.config.warn_unchecked(int(added) if verify else 0)  # once, when no check would ever run
         return {"added": int(added), "updated": int(updated), "skipped": int(skipped)}
 
     def remove(self, proxy: str) -> bool:
@@ -185,9 +187,8 @@ class ProxyPool:
         return str(state)
 
     def unban(self, proxy: str) -> float | None:
-        """Lift every ban and failure count of a proxy; returns its score in the available zone, or
-        None when only the ban a proxy that left the pool (expired) left behind was lifted: its
-        provider may add it again."""
+        """Lift every ban and failure count of a proxy; returns its score in the available zone, or None
+        when only the ban of a proxy that left the pool (expired) was lifted: its provider may add it."""
         pid = self.resolve(proxy)
         sc = self.scripts.unban(keys=[self.keys.available], args=[self.prefix, pid, SCORE_ARG])
         if sc is None:

@@ -5,8 +5,10 @@
     pd:<id>, stats, tb, tomb:<id>, each under cha:{ns}:px:) are named from ARGV[1], the prefix KEYS[1] starts with ({hash tag} included), so they share
     KEYS[1]'s slot (_common checks it).
   ARGV[1] the pool's key prefix
-  ARGV[2] the most leases (and, separately, expired proxies and due temporary bans) to handle
-  ARGV[3] '1': temporary bans whose time is up end now (no health check configured)
+  ARGV[2] the most leases (and, separately, expired proxies, due temporary bans and waiting new
+    proxies) to handle
+  ARGV[3] '1': no health check configured, so temporary bans whose time is up end now and the proxies
+    waiting in 'new' (added with verify) are admitted unchecked
   ARGV[4] score constants (scoring.py SCORE_ARG)
   Reply: the number of leases reaped
 ]]

@@ -205,7 +205,9 @@ def test_free_list_admits_only_long_lived_entries_on_probation(
             "127.0.0.1:2  2h\n",  # exactly 2 h is not more than 2 h
             encoding="utf-8",
         )
-        pool = make_pool(redis_url)
+        # A pool whose beat runs the check (unban_by_time False): probation lasts until a check passes.
+        # Without a check URL the entries join unchecked instead: test_verify_without_check.py.
+        pool = make_pool(redis_url, unban_by_time=False)
         result = FreeListProvider(str(listing)).install(pool)
         assert result["added"] == 2 and result["too_young"] == 2
         assert r.zcard(P + "new") == 2 and r.zcard(P + "av") == 0  # on probation: not handed out yet

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import redis
 
-from celery_ha.proxy import ProxyPool
+from celery_ha.proxy import PoolConfig, ProxyPool
 from celery_ha.redisio.client import redis_client
 from celery_ha.redisio.functions import library_text
 from celery_ha.redisio.lock import short_lock
@@ -224,7 +224,7 @@ def _run_every_script(url: str) -> None:
     with short_lock(client, q.keys.lock("sweep"), 5) as got:  # unlock (EVAL)
         assert got
 
-    pool = ProxyPool(client, "sc")
+    pool = ProxyPool(client, "sc", PoolConfig(unban_by_time=False))  # checks run: proxies wait in new
     pid = pool.add("http://127.0.0.2:8001")  # add
     pool.add("http://127.0.0.3:8001", verify=True)
     pool.set_domain_rate("example.com", "3/30")  # domain_config

@@ -52,7 +52,6 @@ class QueueKeys:
         self.task_names = base + "tasknames"  # hash: worker node -> JSON list of the task names it runs
         self.node_info = base + "nodes"  # hash: worker node -> JSON of its start-up report (patches)
         self.meta = base + "meta"  # hash: last sweep time, pause flag, shard count, other bookkeeping
-        self.spans = base + "spans"  # hash: id -> traceparent of its latest attempt (tracing on only)
         # The host gate (state/hosts.py, _hosts.lua), per shard: a host's keys live on its shard.
         self.host_config = p + "hcfg"  # hash: defaults, gate switch, counters (nq: tasks in host queues)
         self.hosts_ready = p + "hready"  # zset: eligible hosts with queued tasks

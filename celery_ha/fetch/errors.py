@@ -50,10 +50,11 @@ class PermanentFetchError(FetchError):
 
 
 class HostNotReady(BaseException):
-    """The task's host may not be fetched now: the proxy pool's window or budget for it is spent, or it
-    answered 429/503. The host gate already holds the host until ``retry_after`` seconds from now (for
-    every worker); the runner hands the task back at once, counting neither an attempt nor a stall,
-    so no pool process sleeps in a task waiting for a host.
+    """The task's host may not be fetched now: the proxy pool's window or budget for it is spent, it
+    answered 429/503, or it is blocked or its spacing would keep a request waiting long
+    (``host_pacing.wait_for_turn``). The host gate already holds the host until ``retry_after``
+    seconds from now (for every worker); the runner hands the task back at once, counting neither an
+    attempt nor a stall, so no pool process sleeps long in a task waiting for a host.
 
     A BaseException, so task code's ``except Exception`` does not swallow it.
     """

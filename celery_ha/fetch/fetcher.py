@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -32,6 +33,7 @@ from celery_ha.fetch.body_deadline import read_body_by, within
 from celery_ha.fetch.classify import CAPTCHA_MARKERS, classify, retry_after_seconds
 from celery_ha.fetch.errors import FetchError, HostNotReady, PermanentFetchError, RobotsDisallowed
 from celery_ha.fetch.headers import USER_AGENTS, browser_headers
+from celery_ha.fetch.host_pacing import HostPacer, host_busy, wait_for_turn
 from celery_ha.fetch.robots import RobotsCache
 from celery_ha.proxy import ProxyLease, ProxyPool
 
@@ -69,24 +71,6 @@ def _domain_of(url: str) -> str:
 HOST_BUSY_STATUSES = (429, 503)
 #: Refusals of the proxy pool that are the host's politeness (its budget, every proxy's window for it).
 POLITENESS_REFUSALS = ("budget", "busy")
-
-
-class HostPacer(Protocol):
-    """What the fetcher tells the durable state layer's host gate (``celery_ha.state.hosts.HostGate``
-    is one): the host's pacing, fleet-wide. Passed per call (``fetch(..., gate=...)``) by a task whose
-    own host is the one fetched."""
-
-    def defer(self, host: str, seconds: float) -> None: ...
-
-    def started(self, host: str) -> None: ...
-
-    def finished(self, host: str) -> None: ...
-
-    def block_until_retry(self, host: str, seconds: float, reason: str) -> float | None: ...
-
-    def backoff(self, host: str, reason: str) -> float | None: ...
-
-    def set_crawl_delay(self, host: str, seconds: float | None, cap: float = 30.0) -> float: ...
 
 
 class Fetcher:
@@ -134,6 +118,7 @@ class Fetcher:
         self.timeout = timeout
         self.obey_robots = obey_robots
         self.robots = RobotsCache(self._fetch_robots, robots_agent, robots_ttl)
+        self._robots_gate = threading.local()  # the gate of the fetch that may load robots.txt now
         self.politeness = politeness
         self.direct_when_empty = direct_when_empty
         self.user_agents = tuple(user_agents) or USER_AGENTS
@@ -175,17 +160,22 @@ class Fetcher:
         ``kw`` goes to ``requests.Session.request`` (headers are merged over the browser-like defaults).
 
         With ``gate`` (the host gate, when the calling task's host is this URL's), the host's pacing is
-        the gate's, fleet-wide, and the fetch never sleeps for it: robots.txt's Crawl-delay is stored
-        with the host (capped at ``crawl_delay_cap`` s); a politeness refusal of the proxy pool (the
-        host's budget or every proxy's window spent) defers the host to the refusal's retry time, and
-        a 429/503 blocks it (until its Retry-After, else with a doubling backoff); both then raise
-        HostNotReady, and the task is handed back uncounted.
+        the gate's, fleet-wide: every request (robots.txt's included) asks it first and waits out a
+        short spacing, or hands the task back (``host_pacing.wait_for_turn``); robots.txt's
+        Crawl-delay is stored with the host (capped at ``crawl_delay_cap`` s); a politeness refusal of
+        the proxy pool (the host's budget or every proxy's window spent) defers the host to the
+        refusal's retry time, and a 429/503 (robots.txt's too) blocks it (until its Retry-After, else
+        with a doubling backoff); both then raise HostNotReady, and the task is handed back uncounted.
         """
         domain = _domain_of(url)
-        if self.obey_robots and not self.robots.allowed(url, domain):
-            raise RobotsDisallowed(f"robots.txt disallows {mask_url(url)}", url=url)
-        if gate is not None and self.obey_robots:
-            self._store_crawl_delay(gate, url, domain, crawl_delay_cap)
+        self._robots_gate.gate = gate  # robots.txt, if it is fetched now, is a request to the host too
+        try:
+            if self.obey_robots and not self.robots.allowed(url, domain):
+                raise RobotsDisallowed(f"robots.txt disallows {mask_url(url)}", url=url)
+            if gate is not None and self.obey_robots:
+                self._store_crawl_delay(gate, url, domain, crawl_delay_cap)
+        finally:
+            self._robots_gate.gate = None
         return self._fetch(url, domain, method, kw, robots=False, gate=gate)
 
     def _store_crawl_delay(self, gate: HostPacer, url: str, domain: str, cap: float) -> None:
@@ -214,11 +204,12 @@ class Fetcher:
         for rotation in range(tries):
             if rotation:
                 self._backoff(rotation, retry_after, deadline, url, outcomes, last_status, used)
+            # Before borrowing: never sit on a lease while being polite.
             if gate is None:
-                self._polite(domain)  # before borrowing: never sit on a lease while being polite
+                self._polite(domain)
+            else:  # the host's spacing, fleet-wide, where the site sees it: at each request
+                wait_for_turn(gate, domain, deadline, self._sleep)
             lease = self._borrow(domain, used, deadline, url, outcomes, gate)
-            if gate is not None:
-                gate.started(domain)  # the host's spacing counts from the request, not the claim
             started = time.monotonic()
             response: requests.Response | None = None
             error: BaseException | None = None
@@ -257,7 +248,7 @@ class Fetcher:
                 )
                 return response
             if gate is not None and status in HOST_BUSY_STATUSES:
-                self._host_busy(gate, domain, status, retry_after)
+                host_busy(gate, domain, status, retry_after)
             if outcome == "permanent":
                 raise PermanentFetchError(
                     f"{mask_url(url)} answered {status}: gone, not retrying", url=url, status=status
@@ -295,17 +286,6 @@ class Fetcher:
                                         proxies=lease.proxies, stream=True, **options)
         read_body_by(response, deadline)
         return response
-
-    def _host_busy(self, gate: HostPacer, domain: str, status: int, retry_after: float) -> None:
-        """A 429/503 from the task's own host: block the host for the whole fleet (until Retry-After,
-        else with the gate's doubling backoff) and hand the task back."""
-        if retry_after > 0:
-            until = gate.block_until_retry(domain, retry_after, f"HTTP {status} with Retry-After")
-        else:
-            until = gate.backoff(domain, f"HTTP {status}")
-        wait = max(0.0, (until or 0.0) - time.time()) if until else retry_after
-        raise HostNotReady(f"{domain} answered HTTP {status}; held back {wait:.1f}s", host=domain,
-                           retry_after=wait)
 
     def _borrow(
         self, domain: str, used: list[str], deadline: float, url: str, outcomes: list[str],
@@ -414,5 +394,7 @@ class Fetcher:
 
     def _fetch_robots(self, robots_url: str, domain: str) -> requests.Response:
         """robots.txt goes through the rotation loop (and the pool), so it counts against the site's
-        limits; a block or a missing file is returned as an answer for the cache to read."""
-        return self._fetch(robots_url, domain, "GET", {}, robots=True)
+        limits, and through the gate of the fetch that needs it (spaced like a page, a 429/503 blocks
+        the host); a block or a missing file is returned as an answer for the cache to read."""
+        gate = getattr(self._robots_gate, "gate", None)
+        return self._fetch(robots_url, domain, "GET", {}, robots=True, gate=gate)

@@ -18,7 +18,9 @@
     h:<host>   hash: overrides iv dl cc bg, cd (robots Crawl-delay, ms); state a (active: dispatched
                + running), d (dispatched, unclaimed), u (handed out, counted against the budget),
                ne (next eligible, ms), bu (blocked until, ms), bl (backoff level), br (block
-               reason), lb (last block, ms), ls (last start, ms), lr (serve order); counters done, dead
+               reason), lb (last block, ms), ls (last start, ms: a claim or a request), rs (the last
+               request's start or answer, ms: host_block.lua's 'request' spaces requests from it),
+               lr (serve order); counters done, dead
     hosts      set: every host that ever queued a task or got a setting (the listing reads it)
     hl:<band>:<host>  list: the host's queued ids of one band (band = 1000 - priority), oldest
                first; new work goes to the back, reclaimed work to the front. A list entry costs ~14 B

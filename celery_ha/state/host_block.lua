@@ -12,8 +12,11 @@
     being forgiven when the last block is at least the forgiveness old; blocked for
     min(cap, ms x 2^(level-1)) ms, scaled by a jitter factor between 1 - jitter and 1 + jitter),
     'unblock' (block and backoff level cleared), 'defer' (next eligible no earlier than now + ms: a
-    refusal's retry time), 'start' (a request to the host goes out, or got its answer, now: the host's spacing counts
-    from here, however long the task took to get to it)
+    refusal's retry time), 'start' (a request to the host got its answer, or went out, now: the
+    host's spacing counts from here, however long the task took to get to it), 'request' (a request
+    to the host asks to go out now: it may when the host is not blocked and the host's spacing has
+    passed since the last request's start or answer, rs; then it is stamped as 'start' stamps it,
+    else nothing is written and the reply says how long to wait)
   ARGV[4] ms: the block's length, the backoff's start, or the deferral
   ARGV[5] reason (block, extend, backoff)
   ARGV[6] backoff: the cap (ms)
@@ -21,7 +24,8 @@
   ARGV[8] backoff: jitter (a fraction)
   The gate's switch (hcfg 'on'): 'block' and 'unblock' (the operator's) switch it on; the others (the
   fetcher's) only in a namespace never switched, never after an explicit `hosts off`.
-  Reply: the host's blocked-until time (ms, Redis clock; 0 = not blocked)
+  Reply: the host's blocked-until time (ms, Redis clock; 0 = not blocked); for 'request', 0 when the
+    request may go now (stamped), else the ms to wait for it (the block's end or the spacing's)
 ]]
 --#include _common
 local h, op = ARGV[2], ARGV[3]
@@ -47,9 +51,16 @@ elseif op == 'backoff' then
 elseif op == 'unblock' then
   hs.bu = '0'
   fields = {'bu', '0', 'bl', '0', 'br', ''}
-elseif op == 'start' then
+elseif op == 'start' or op == 'request' then
+  if op == 'request' then
+    -- Requests are spaced where the site sees them, not only hand-outs: a task claimed on time may
+    -- reach its request late (a slow robots.txt first, a retry, its second page) and meet another's.
+    local wait = math.max(n0(hs.bu) - now, n0(hs.rs) + host_interval(hs) - now)
+    if wait > 0 then return wait end
+  end
   hs.ls = string.format('%.0f', math.max(n0(hs.ls), now))
-  fields = {'ls', hs.ls}
+  hs.rs = string.format('%.0f', math.max(n0(hs.rs), now))
+  fields = {'ls', hs.ls, 'rs', hs.rs}
 elseif op == 'defer' then
   hs.ne = string.format('%.0f', math.max(n0(hs.ne), now + ms))
   fields = {'ne', hs.ne}

@@ -8,7 +8,7 @@ Design (the Lua side is ``_hosts.lua``, included by every task-state script thro
 * **The gate is per namespace** and off until switched on: by ``CELERY_HA_HOSTS=1`` or a host default
   (``CELERY_HA_HOST_RATE`` / ``_DELAY`` / ``_CONCURRENCY``) in a process that writes to the namespace,
   or by any host setting or block (``HostGate.set`` / ``block`` ...). It is recorded in Redis
-  (``hcfg`` field ``on``). What the fetcher reports (``started``, ``finished``, ``defer``,
+  (``hcfg`` field ``on``). What the fetcher reports (``request``, ``finished``, ``defer``,
   ``block_until_retry``, ``backoff``, ``set_crawl_delay``) switches on only a namespace never
   switched: its task may be one still draining after an operator's ``switch(False)``. While it is
   off a task records no host and goes to its priority band, exactly as without a gate (the scripts
@@ -251,15 +251,19 @@ class HostGate:
         """Lift the host's block and reset its backoff level."""
         self._block(host, "unblock")
 
-    def started(self, host: str) -> None:
-        """A request to the host goes out now: its spacing counts from here (the fetcher calls it, so
-        the pause a site sees between two requests is at least the spacing, whatever a task did
-        between its claim and its request)."""
-        self._block(host, "start")
+    def request(self, host: str) -> float:
+        """A request to the host asks to go out now: 0.0 when it may (stamped: the host's spacing
+        counts from here), else the seconds to wait (the host's block, or its spacing from the last
+        request's start or answer), nothing written. The fetcher asks before every request of a task
+        on its own host, so the pause a site sees between two requests is at least the spacing,
+        whatever a task did between its claim and its request (a slow robots.txt, a retry, its second
+        page) and whichever worker sends the other."""
+        key = self.key(host)
+        return int(self.queue._run("host_block", key, "request", "0", "", shard=self._shard(key))) / 1000.0
 
     def finished(self, host: str) -> None:
         """A request to the host got its answer (or failed) now: its spacing counts from here too.
-        The site saw the request somewhere between :meth:`started` and this, so only spacing from
+        The site saw the request somewhere between :meth:`request` and this, so only spacing from
         the later stamp guarantees the gap the site sees (the proxy pool re-stamps its window hits
         at release for the same reason; the price is one request's round trip per cycle)."""
         self._block(host, "start")

@@ -95,7 +95,7 @@ def test_the_oldest_queued_figure_sees_the_host_queues(q: TaskQueue, r: redis.Re
     assert m.oldest_ready_ms is not None and 90 <= (m.now_ms - m.oldest_ready_ms) / 1000 < 100
 
 
-@pytest.mark.parametrize("report", ["started", "finished", "defer", "retry_after", "backoff", "crawl_delay"])
+@pytest.mark.parametrize("report", ["request", "finished", "defer", "retry_after", "backoff", "crawl_delay"])
 def test_what_the_fetcher_reports_of_a_draining_task_leaves_the_gate_off(
         q: TaskQueue, r: redis.Redis, report: str) -> None:
     """`hosts off` lets the gated tasks drain; the fetcher's calls around their requests (fetcher.py:
@@ -107,7 +107,7 @@ def test_what_the_fetcher_reports_of_a_draining_task_leaves_the_gate_off(
     lease = q.claim_next("w")
     assert lease is not None and lease.task.host == "a.example"  # a gated task drains
     gate, host = q.hosts, lease.task.host
-    calls = {"started": lambda: gate.started(host), "finished": lambda: gate.finished(host),
+    calls = {"request": lambda: gate.request(host), "finished": lambda: gate.finished(host),
              "defer": lambda: gate.defer(host, 0.5),
              "retry_after": lambda: gate.block_until_retry(host, 1, "HTTP 429"),
              "backoff": lambda: gate.backoff(host, "HTTP 503"),
@@ -133,5 +133,5 @@ def test_only_the_operator_switches_an_explicit_off_back_on(q: TaskQueue) -> Non
 def test_a_namespace_never_switched_is_switched_on_by_any_host_call(q: TaskQueue, r: redis.Redis) -> None:
     """No explicit off to keep: as before, a host's stamps or blocks switch a fresh namespace's gate on."""
     assert not r.exists(q.keys.host_config)
-    q.hosts.started("a.example")
+    q.hosts.request("a.example")
     assert q.hosts.enabled()

@@ -247,7 +247,7 @@ class HostQueueMachine(QueueMachine):
     def fetcher_reports(self, host: str, how: int) -> None:
         """The fetcher's calls around a gated task's request: they never switch the gate."""
         if how == 0:
-            self.q.hosts.started(host)
+            self.q.hosts.request(host)
         elif how == 1:
             self.q.hosts.finished(host)
         else:

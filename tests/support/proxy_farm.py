@@ -115,6 +115,7 @@ class TestSite(LoopbackServer):
         self.blocked_ips: set[str] = set()
         self.failing_ips: set[str] = set()
         self.retry_after: str | None = None
+        self.robots_status = 200  # another status answers /robots.txt with it (and retry_after)
         self.hits: list[Hit] = []
         self.violations: list[Hit] = []
         self.ended: list[Ended] = []
@@ -212,6 +213,9 @@ class TestSite(LoopbackServer):
                 self, ip: str, path: str, query: dict[str, list[str]], admitted: bool
             ) -> tuple[int, bytes, dict[str, str]]:
                 if path == "/robots.txt":
+                    if site.robots_status != 200:  # robots.txt refused (a 429/503, with Retry-After)
+                        headers = {"Retry-After": site.retry_after} if site.retry_after else {}
+                        return site.robots_status, b"not now", headers
                     if site.robots is None:
                         return 404, b"no robots", {}
                     return 200, site.robots.encode(), {}

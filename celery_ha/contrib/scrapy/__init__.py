@@ -10,9 +10,12 @@ Two downloader middlewares, enabled in a project's ``settings.py`` (README "Scra
 
 Modules: ``middleware`` (borrow per request, return with the outcome), ``retry`` (retries that switch
 proxy first), ``book`` (which request holds which lease), ``outcome`` (a Scrapy response or failure
-in the pool's words), ``proxy_auth`` (meta['proxy'] and Proxy-Authorization), ``config`` (Scrapy
-settings → celery-ha settings and the pool), ``wiring`` (start-up checks of the middleware order),
-``clock`` (non-blocking waits), ``keys`` (meta and stats names).
+in the pool's words), ``body`` (the start of a still-compressed body, for the captcha scan),
+``download_start`` (the moment a download leaves its slot, and the lease left then), ``proxy_auth``
+(meta['proxy'] and Proxy-Authorization), ``config`` (Scrapy settings → celery-ha settings and the
+pool), ``refusal`` (a configuration error stops the crawl with one line), ``wiring`` (start-up checks
+of the middleware order and slot delays), ``clock`` (non-blocking waits), ``keys`` (meta and stats
+names).
 """
 
 from __future__ import annotations

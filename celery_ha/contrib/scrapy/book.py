@@ -30,8 +30,8 @@ class Entry:
 
     lease: ProxyLease
     request: Request
-    borrowed_at: float = field(default_factory=time.monotonic)
-    reached_at: float | None = None  # the request got to Scrapy's downloader
+    borrowed_at: float = field(default_factory=time.monotonic)  # just before the acquire: the lease's clock
+    reached_at: float | None = None  # the request got to Scrapy's downloader (entered its slot's queue)
     left_at: float | None = None  # the download ended without a response (it raised)
 
 
@@ -47,9 +47,10 @@ class LeaseBook:
     def __iter__(self) -> Iterator[Entry]:
         return iter(list(self._entries.values()))
 
-    def add(self, request: Request, lease: ProxyLease) -> Entry:
-        """Record that ``request`` now holds ``lease`` and mark the request with its token."""
-        entry = Entry(lease, request)
+    def add(self, request: Request, lease: ProxyLease, borrowed_at: float | None = None) -> Entry:
+        """Record that ``request`` now holds ``lease`` (borrowed at ``borrowed_at``, monotonic; now
+        when not given) and mark the request with its token."""
+        entry = Entry(lease, request) if borrowed_at is None else Entry(lease, request, borrowed_at)
         self._entries[lease.token] = entry
         request.meta[keys.LEASE] = lease.token
         return entry

@@ -26,6 +26,8 @@ OUTCOME = "celery_ha_outcome"
 RETRY_AFTER = "celery_ha_retry_after"
 #: The token of the lease the current download holds: how a request is matched to its lease.
 LEASE = "_celery_ha_lease"
+#: The request's ``download_timeout`` before the middleware fitted it to a lease (None = none).
+OWN_TIMEOUT = "_celery_ha_timeout"
 #: Scrapy's own keys this integration reads or writes.
 RETRY_TIMES = "retry_times"
 DOWNLOAD_SLOT = "download_slot"
@@ -43,6 +45,8 @@ WAITS = "celery_ha/proxy/waits"
 WAIT_SECONDS = "celery_ha/proxy/wait_seconds"
 GAVE_UP_WAITING = "celery_ha/proxy/gave_up_waiting"
 SWEPT = "celery_ha/proxy/swept"
+#: Leases (nearly) run out while their request waited in its download slot: given back, borrowed again.
+EXPIRED_IN_SLOT = "celery_ha/proxy/expired_in_slot"
 RELEASE_REPLY = "celery_ha/proxy/release_reply/"  # + 'late' / 'stale' (anything but 'ok')
 RELEASE_FAILED = "celery_ha/proxy/release_failed"
 REDIS_ERRORS = "celery_ha/proxy/redis_errors"

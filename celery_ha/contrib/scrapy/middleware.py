@@ -18,6 +18,10 @@ The return path is the hard part, so it does not depend on any middleware callin
 So each acquire is released exactly once. Keep this middleware the highest-numbered downloader
 middleware (950 in the README snippet): it then sees every request last and every answer first.
 
+A request borrows before it enters its download slot, where ``DOWNLOAD_DELAY`` or a full slot may keep
+it waiting while the lease runs; when its download really starts (``download_start``) its timeout is
+fitted to what is left of the lease, or a lease with too little left is given back and borrowed again.
+
 Redis calls (acquire, release) are synchronous: one short round trip each on the reactor thread,
 bounded by the client's socket timeout. Waiting for a free proxy never blocks: it is an ``await``.
 """
@@ -36,7 +40,7 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import Request, Response
 from scrapy.utils.httpobj import urlparse_cached
 
-from celery_ha.base.errors import InvalidInput, NoProxyAvailable
+from celery_ha.base.errors import ConfigurationError, InvalidInput, NoProxyAvailable
 from celery_ha.base.masking import mask_url
 from celery_ha.contrib.scrapy import keys
 from celery_ha.contrib.scrapy.book import Entry, LeaseBook
@@ -48,9 +52,17 @@ from celery_ha.contrib.scrapy.config import (
     scrapy_knobs,
     worker_label,
 )
+from celery_ha.contrib.scrapy.download_start import (
+    enough_left,
+    lease_seconds,
+    seconds_left,
+    timeout_within,
+    watch_download_starts,
+)
 from celery_ha.contrib.scrapy.outcome import exception_outcome, response_outcome, retry_after
 from celery_ha.contrib.scrapy.proxy_auth import route_through, scrapy_can_use, shown
-from celery_ha.contrib.scrapy.wiring import check_wiring
+from celery_ha.contrib.scrapy.refusal import refuse_to_start
+from celery_ha.contrib.scrapy.wiring import check_delays, check_wiring
 from celery_ha.proxy import ProxyLease, ProxyPool, normalize_domain
 
 log = logging.getLogger("celery_ha.contrib.scrapy")
@@ -111,13 +123,20 @@ class CeleryHAProxyMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> CeleryHAProxyMiddleware:
-        knobs = scrapy_knobs(crawler.settings)
-        if not knobs.enabled:
-            raise NotConfigured("CELERY_HA_SCRAPY_ENABLED is off")
-        cfg = celery_ha_settings(crawler.settings)
-        for warning in check_wiring(crawler.settings):
+        """A bad setting stops the crawl here with one line (``refusal``): never NotConfigured, which
+        would let the spider crawl without the pool."""
+        try:
+            knobs = scrapy_knobs(crawler.settings)
+            if not knobs.enabled:
+                raise NotConfigured("CELERY_HA_SCRAPY_ENABLED is off")
+            cfg = celery_ha_settings(crawler.settings)
+            pool = build_pool(cfg, knobs)
+        except ConfigurationError as exc:
+            refuse_to_start(exc)
+        settings = crawler.settings
+        for warning in [*check_wiring(settings), *check_delays(settings, pool.config.lock_ttl)]:
             log.warning("celery-ha: %s", warning)
-        return cls(crawler, build_pool(cfg, knobs), knobs, direct_when_empty=cfg.direct_when_empty,
+        return cls(crawler, pool, knobs, direct_when_empty=cfg.direct_when_empty,
                    worker=worker_label(knobs, getattr(crawler.spidercls, "name", None)))
 
     # ------------------------------------------------------------------ borrowing
@@ -138,28 +157,43 @@ class CeleryHAProxyMiddleware:
         due = meta.get(keys.NOT_BEFORE)
         if isinstance(due, (int, float)):
             await pause(min(due - time.time(), self.knobs.backoff_cap))
-        lease = await self._borrow(request, domain)
-        if lease is None:
-            self.stats.inc_value(keys.DIRECT)
-            meta.pop(keys.PROXY, None)
+        # The timeout the request has without us (DOWNLOAD_TIMEOUT or the spider's), kept apart from
+        # the lease-sized one written below, which retries and redirects copy.
+        meta.setdefault(keys.OWN_TIMEOUT, meta.get(keys.DOWNLOAD_TIMEOUT))
+        borrowed = await self._borrow(request, domain)
+        if borrowed is None:
+            self._go_direct(request)
             if str(meta.get(keys.DOWNLOAD_SLOT, "")).startswith(keys.SLOT_PREFIX):
                 del meta[keys.DOWNLOAD_SLOT]
-            route_through(request, None)
             return None
-        self.book.add(request, lease)
-        meta[keys.PROXY] = lease.proxy_id
-        route_through(request, lease.url, self.auth_encoding)
+        lease, asked_at = borrowed
+        self._route(request, lease, asked_at)
         self._fit_to_lease(request, lease)
         return None
 
-    async def _borrow(self, request: Request, domain: str) -> ProxyLease | None:
-        """A lease on a proxy this page has not failed through; None = send directly
-        (``CELERY_HA_DIRECT_WHEN_EMPTY`` and the pool has no proxy in rotation)."""
+    def _route(self, request: Request, lease: ProxyLease, asked_at: float) -> Entry:
+        """Record the lease in the book and send ``request`` through its proxy."""
+        entry = self.book.add(request, lease, borrowed_at=asked_at)
+        request.meta[keys.PROXY] = lease.proxy_id
+        route_through(request, lease.url, self.auth_encoding)
+        return entry
+
+    def _go_direct(self, request: Request) -> None:
+        """Send ``request`` without a proxy (``CELERY_HA_DIRECT_WHEN_EMPTY`` and an empty pool)."""
+        self.stats.inc_value(keys.DIRECT)
+        request.meta.pop(keys.PROXY, None)
+        route_through(request, None)
+
+    async def _borrow(self, request: Request, domain: str) -> tuple[ProxyLease, float] | None:
+        """A lease on a proxy this page has not failed through, with the monotonic time just before
+        the acquire that granted it; None = send directly (``CELERY_HA_DIRECT_WHEN_EMPTY`` and the
+        pool has no proxy in rotation)."""
         tried = [p for p in request.meta.get(keys.TRIED) or () if isinstance(p, str) and p]
         started = time.monotonic()
         outages = 0
         waited_before = False
         while True:
+            asked_at = time.monotonic()
             try:
                 lease = self.pool.acquire(domain, worker=self.worker, exclude=[*self.unusable, *tried])
             except NoProxyAvailable as exc:
@@ -189,7 +223,7 @@ class CeleryHAProxyMiddleware:
                     self._give_back(lease, "unused")
                     raise IgnoreRequest("celery-ha: the spider closed while this request waited")
                 if scrapy_can_use(lease.url):
-                    return lease
+                    return lease, asked_at
                 self._give_back(lease, "unused")
                 if lease.proxy_id not in self.unusable:
                     self.unusable.add(lease.proxy_id)
@@ -210,12 +244,11 @@ class CeleryHAProxyMiddleware:
 
     def _fit_to_lease(self, request: Request, lease: ProxyLease) -> None:
         """Keep the download inside the lease (once the lock expires another process may use this
-        proxy × domain) and give it a download slot of its own proxy × domain."""
+        proxy × domain) and give it a download slot of its own proxy × domain. The timeout set here
+        assumes the download starts at once; :meth:`_starting` shortens it by the time the request
+        then spent waiting in its slot."""
         meta = request.meta
-        budget = max(0.5, (lease.expires_at_ms - lease.acquired_at_ms) / 1000.0 * 0.9)
-        current = meta.get(keys.DOWNLOAD_TIMEOUT)
-        if not isinstance(current, (int, float)) or current > budget:
-            meta[keys.DOWNLOAD_TIMEOUT] = budget
+        meta[keys.DOWNLOAD_TIMEOUT] = timeout_within(lease_seconds(lease), meta.get(keys.OWN_TIMEOUT))
         if self.knobs.proxy_slots:
             slot = meta.get(keys.DOWNLOAD_SLOT)
             # Scrapy writes its default slot (the host) into meta: that one, or ours, is replaced;
@@ -223,6 +256,33 @@ class CeleryHAProxyMiddleware:
             default = urlparse_cached(request).hostname
             if slot is None or slot == default or str(slot).startswith(keys.SLOT_PREFIX):
                 meta[keys.DOWNLOAD_SLOT] = f"{keys.SLOT_PREFIX}{lease.proxy_id}|{lease.domain}"
+
+    async def _starting(self, request: Request) -> None:
+        """The request leaves its download slot for the download handler (``download_start``): size
+        ``download_timeout`` from what is left of its lease, or, when too little is left (it waited
+        out ``DOWNLOAD_DELAY`` or a full slot), give the lease back unused and borrow again, so no
+        request goes through a proxy whose lock has expired or is about to."""
+        entry = self.book.find(request)
+        if entry is None:
+            return
+        meta = request.meta
+        left = seconds_left(entry.lease, entry.borrowed_at)
+        if left >= enough_left(entry.lease):
+            meta[keys.DOWNLOAD_TIMEOUT] = timeout_within(left, meta.get(keys.OWN_TIMEOUT))
+            return
+        self.book.take(request)
+        self.stats.inc_value(keys.EXPIRED_IN_SLOT)
+        log.debug("celery-ha: %s left its download slot with %.2fs of its lease on %s; borrowing again",
+                  shown(request), max(0.0, left), entry.lease.proxy_id)
+        self._give_back(entry.lease, "unused")
+        borrowed = await self._borrow(request, entry.lease.domain)
+        if borrowed is None:
+            self._go_direct(request)
+            return
+        lease, asked_at = borrowed
+        self._route(request, lease, asked_at).reached_at = time.monotonic()
+        left = seconds_left(lease, asked_at)
+        meta[keys.DOWNLOAD_TIMEOUT] = timeout_within(left, meta.get(keys.OWN_TIMEOUT))
 
     # ------------------------------------------------------------------ returning
     def _downloaded(self, response: Response, request: Request) -> None:
@@ -309,6 +369,9 @@ class CeleryHAProxyMiddleware:
 
     def _opened(self) -> None:
         log.info("celery-ha: proxies from %r for %s", self.pool, self.worker)
+        if not watch_download_starts(self.crawler, self._starting):
+            log.warning("celery-ha: this Scrapy's downloader has no download_request_async to watch: "
+                        "a request that waits in its download slot may outlive its proxy lease")
         self._sweeper = looping_call(self._sweep)
         self._sweeper.start(SWEEP_INTERVAL, now=False)
 

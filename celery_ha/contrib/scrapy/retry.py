@@ -9,7 +9,10 @@ failure against ``RETRY_TIMES``, so three bad proxies burn a page. Here (Crawlee
   (``CELERY_HA_SCRAPY_MAX_ROTATIONS``, default 10), not a page retry;
 * ``server`` (5xx) and the other ``RETRY_HTTP_CODES`` are the *site's* trouble: a **page retry**
   (``RETRY_TIMES``), also on a different proxy;
-* ``ok`` and ``permanent`` (404/410) are answers: never retried.
+* ``ok`` and ``permanent`` (404/410) are answers: never retried;
+* ``aborted`` (a download Scrapy cancelled, e.g. a body over ``DOWNLOAD_MAXSIZE``) is nobody's trouble
+  and would end the same way on any proxy: not retried unless ``RETRY_EXCEPTIONS`` lists the error,
+  and then as a page retry, never a rotation.
 
 Every retry waits ``backoff_base × 2^(n-1)`` seconds, jittered ×0.5–1.5, at least the answer's
 ``Retry-After``, at most ``CELERY_HA_SCRAPY_BACKOFF_CAP`` (the pool keeps the refusing proxy off that
@@ -30,10 +33,12 @@ from scrapy.exceptions import NotConfigured
 from scrapy.http import Request, Response
 from scrapy.utils.misc import load_object
 
+from celery_ha.base.errors import ConfigurationError
 from celery_ha.contrib.scrapy import keys
 from celery_ha.contrib.scrapy.config import scrapy_knobs
 from celery_ha.contrib.scrapy.outcome import PROXY_OUTCOMES, response_outcome, retry_after
 from celery_ha.contrib.scrapy.proxy_auth import shown
+from celery_ha.contrib.scrapy.refusal import refuse_to_start
 
 log = logging.getLogger("celery_ha.contrib.scrapy")
 
@@ -45,7 +50,10 @@ class CeleryHARetryMiddleware:
         settings = crawler.settings
         if not settings.getbool("RETRY_ENABLED"):
             raise NotConfigured("RETRY_ENABLED is off")
-        knobs = scrapy_knobs(settings)
+        try:
+            knobs = scrapy_knobs(settings)
+        except ConfigurationError as exc:  # built before the proxy middleware: the first to read them
+            refuse_to_start(exc)
         self.crawler = crawler
         self.stats = crawler.stats
         self.max_rotations = knobs.max_rotations
@@ -84,7 +92,12 @@ class CeleryHARetryMiddleware:
         if request.meta.get("dont_retry", False):
             return None
         outcome = request.meta.get(keys.OUTCOME)
-        if outcome != "transport" and not isinstance(exception, self.exceptions):
+        listed = isinstance(exception, self.exceptions)
+        if outcome == "aborted":
+            # Cancelled on our side (a body over DOWNLOAD_MAXSIZE): another proxy would fetch the same
+            # body, so never a rotation; a page retry only when RETRY_EXCEPTIONS asks for one.
+            return self._retry(request, outcome, type(exception).__name__, 0.0) if listed else None
+        if outcome != "transport" and not listed:
             return None
         return self._retry(request, "transport", type(exception).__name__, 0.0)
 

@@ -3,7 +3,8 @@
 Two mistakes pass silently otherwise: Scrapy's own ``RetryMiddleware`` left on (it retries through
 whatever proxy comes next, may be the dead one, and counts proxy trouble as page retries), and a
 middleware numbered above the pool's (it then sees answers before us; the sweep still returns the
-leases, but a response it invents is judged late). Each becomes one warning line at start.
+leases, but a response it invents is judged late). A slot delay as long as the proxy lease works but
+wastes leases (see ``download_start``). Each becomes one warning line at start.
 """
 
 from __future__ import annotations
@@ -57,3 +58,17 @@ def check_wiring(settings: BaseSettings) -> list[str]:
                 "CeleryHAProxyMiddleware the highest-numbered downloader middleware (950)"
             )
     return warnings
+
+
+def check_delays(settings: BaseSettings, lock_ttl: float) -> list[str]:
+    """A warning when a download slot's delay can outlast the proxy lease: every request that waits
+    for its turn would then reach the download handler with its lease run out and borrow again."""
+    delay = settings.getfloat("DOWNLOAD_DELAY")
+    name = "DOWNLOAD_DELAY"
+    if settings.getbool("AUTOTHROTTLE_ENABLED") and settings.getfloat("AUTOTHROTTLE_MAX_DELAY") > delay:
+        delay, name = settings.getfloat("AUTOTHROTTLE_MAX_DELAY"), "AUTOTHROTTLE_MAX_DELAY"
+    if delay < 0.5 * lock_ttl:
+        return []
+    return [f"{name}={delay:g}s is not well below the proxy lease (lock_ttl={lock_ttl:g}s): requests waiting "
+            f"in a download slot outlive their lease and borrow again when their download starts; raise "
+            f"lock_ttl in CELERY_HA_SCRAPY_POOL"]

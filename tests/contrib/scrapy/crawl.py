@@ -79,6 +79,7 @@ class CasesSpider(Spider):
         request = getattr(failure, "request", None)
         self.failures.append({"url": request.url if request is not None else None,
                               "error": failure.type.__name__ if failure.type else "?",
+                              "message": str(failure.value),
                               "tried": list((request.meta.get(keys.TRIED) if request is not None else None)
                                             or [])})
 

@@ -4,6 +4,8 @@ proxy credentials on a request, and the lease book's exactly-once bookkeeping (r
 from __future__ import annotations
 
 import base64
+import tracemalloc
+import zlib
 from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
 
@@ -12,17 +14,20 @@ import pytest
 pytest.importorskip("scrapy")
 
 from scrapy.downloadermiddlewares.httpproxy import HttpProxyMiddleware
-from scrapy.exceptions import IgnoreRequest
+from scrapy.exceptions import DownloadCancelledError, IgnoreRequest
 from scrapy.http import HtmlResponse, Request, Response, TextResponse
 from twisted.internet.defer import CancelledError
 from twisted.internet.error import ConnectionRefusedError, TimeoutError
 
 from celery_ha.contrib.scrapy import keys
 from celery_ha.contrib.scrapy.book import LeaseBook
+from celery_ha.contrib.scrapy.download_start import enough_left, timeout_within
 from celery_ha.contrib.scrapy.middleware import request_domain
 from celery_ha.contrib.scrapy.outcome import exception_outcome, response_outcome, retry_after
 from celery_ha.contrib.scrapy.proxy_auth import route_through, scrapy_can_use, shown
+from celery_ha.fetch.classify import CAPTCHA_SCAN_CHARS
 from celery_ha.proxy import ProxyLease
+from tests.contrib.scrapy.sites import CAPTCHA, ENCODERS, PAGE
 
 URL = "http://shop.example/item/1"
 
@@ -50,6 +55,45 @@ def test_response_outcomes_match_the_fetchers(response: Response, outcome: str) 
     assert response_outcome(response) == outcome
 
 
+@pytest.mark.parametrize("coding", sorted(ENCODERS))
+def test_a_compressed_captcha_page_is_blocked_as_it_comes_off_the_wire(coding: str) -> None:
+    """``response_downloaded`` hands over the body before HttpCompressionMiddleware decodes it."""
+    def raw(body: bytes, **headers: str) -> HtmlResponse:
+        return HtmlResponse(URL, body=ENCODERS[coding](body), headers={"Content-Encoding": coding, **headers})
+
+    assert response_outcome(raw(CAPTCHA, **{"Content-Type": "text/html; charset=utf-8"})) == "blocked"
+    assert response_outcome(raw(CAPTCHA)) == "blocked"  # no Content-Type: sniffed as compressed bytes
+    assert response_outcome(raw(PAGE, **{"Content-Type": "text/html"})) == "ok"
+    assert response_outcome(raw(CAPTCHA, **{"Content-Type": "application/pdf"})) == "ok"
+
+
+def test_compressed_bodies_are_read_only_as_far_as_the_scan_goes() -> None:
+    """A 64 MiB page gzipped to ~64 KiB (a decompression bomb) is scanned within a few hundred KiB of
+    memory; a marker past the scanned start is not seen, one within it is."""
+    def bomb(head: bytes, tail: bytes) -> HtmlResponse:
+        packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        chunks = [packer.compress(head)]
+        chunks += [packer.compress(b" " * (1 << 20)) for _ in range(64)]
+        chunks += [packer.compress(tail), packer.flush()]
+        return HtmlResponse(URL, body=b"".join(chunks),
+                            headers={"Content-Encoding": "gzip", "Content-Type": "text/html"})
+
+    late = bomb(b"<html><body>", CAPTCHA)
+    tracemalloc.start()
+    try:
+        assert response_outcome(late) == "ok"
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * CAPTCHA_SCAN_CHARS * 4, peak  # bounded by the scan, not by the 64 MiB
+    assert response_outcome(bomb(CAPTCHA, b"</html>")) == "blocked"
+    captcha = '<div class="g-recaptcha"></div>'
+    # A header naming a coding the body does not carry (already decoded): read as it is.
+    assert response_outcome(html(body=captcha, **{"Content-Encoding": "gzip"})) == "blocked"
+    # A coding nobody here can decode with a bound: not judged from its bytes.
+    assert response_outcome(html(body=captcha, **{"Content-Encoding": "lzw"})) == "ok"
+
+
 def test_retry_after_reads_seconds_and_dates() -> None:
     assert retry_after(html(429, **{"Retry-After": "7"})) == 7.0
     later = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=30), usegmt=True)
@@ -63,6 +107,19 @@ def test_exception_outcomes_tell_the_proxy_fault_from_nothing_sent() -> None:
     assert exception_outcome(ConnectionRefusedError(), reached=False) == "unused"
     assert exception_outcome(IgnoreRequest(), reached=True) == "unused"
     assert exception_outcome(CancelledError(), reached=True) == "aborted"
+    # Scrapy cancels a body over DOWNLOAD_MAXSIZE (declared or streamed): not the proxy's fault.
+    assert exception_outcome(DownloadCancelledError("over DOWNLOAD_MAXSIZE"), reached=True) == "aborted"
+
+
+def test_a_download_starts_only_with_enough_lease_left_and_ends_inside_it() -> None:
+    def lease_of(seconds: float) -> ProxyLease:
+        return ProxyLease("127.0.0.2:8000", "shop.example", "t", "http://127.0.0.2:8000",
+                          acquired_at_ms=1_000, expires_at_ms=1_000 + int(seconds * 1000))
+
+    assert enough_left(lease_of(30)) == 3.0 and enough_left(lease_of(5)) == 1.0
+    assert enough_left(lease_of(1)) == 0.5  # never more than half: a fresh lease always passes
+    assert timeout_within(2.0, 180) == 1.8 and timeout_within(2.0, 1.0) == 1.0
+    assert timeout_within(2.0, None) == 1.8 and timeout_within(2.0, 0) == 1.8
 
 
 def test_credentials_go_in_the_header_the_way_scrapy_would_put_them() -> None:

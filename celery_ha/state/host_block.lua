@@ -18,14 +18,18 @@
     passed since the last request's start or answer, rs; then it is stamped as 'start' stamps it,
     else nothing is written and the reply says how long to wait)
   ARGV[4] ms: the block's length, the backoff's start, or the deferral
-  ARGV[5] reason (block, extend, backoff)
+  ARGV[5] reason (block, extend, backoff); for 'request': the asking task's id, or '' (none), whose
+    record is on this shard (a gated task is placed on its host's shard)
+  ARGV[6] for 'request' with a task id: its lease's fencing token
   ARGV[6] backoff: the cap (ms)
   ARGV[7] backoff: forgiveness (ms without a block after which the level starts again)
   ARGV[8] backoff: jitter (a fraction)
   The gate's switch (hcfg 'on'): 'block' and 'unblock' (the operator's) switch it on; the others (the
   fetcher's) only in a namespace never switched, never after an explicit `hosts off`.
   Reply: the host's blocked-until time (ms, Redis clock; 0 = not blocked); for 'request', 0 when the
-    request may go now (stamped), else the ms to wait for it (the block's end or the spacing's)
+    request may go now (stamped), else the ms to wait for it (the block's end or the spacing's), or
+    with a task id the refusal code (R_*, negative) when its lease is no longer the task's (a zombie
+    woken after its task ran again elsewhere must not reach the site)
 ]]
 --#include _common
 local h, op = ARGV[2], ARGV[3]
@@ -53,6 +57,10 @@ elseif op == 'unblock' then
   fields = {'bu', '0', 'bl', '0', 'br', ''}
 elseif op == 'start' or op == 'request' then
   if op == 'request' then
+    if ARGV[5] ~= '' then
+      local st, _, refused = fenced(ARGV[5], ARGV[6])
+      if not st then return refused end
+    end
     -- Requests are spaced where the site sees them, not only hand-outs: a task claimed on time may
     -- reach its request late (a slow robots.txt first, a retry, its second page) and meet another's.
     local wait = math.max(n0(hs.bu) - now, n0(hs.rs) + host_interval(hs) - now)

@@ -57,6 +57,8 @@ from celery_ha.base.errors import InvalidInput
 from celery_ha.base.hosts import check_host_key, check_key_mode, host_of_url, mode_key
 from celery_ha.base.validation import MAX_ERROR_CHARS, check_int, check_number, clean_message, parse_rate
 from celery_ha.state.host_queues import host_states_and_lengths
+from celery_ha.state.records import Lease
+from celery_ha.state.replies import raise_for
 from celery_ha.state.shards import shard_of
 
 #: Marks an argument of :meth:`HostGate.set` left out (None clears an override instead).
@@ -251,15 +253,28 @@ class HostGate:
         """Lift the host's block and reset its backoff level."""
         self._block(host, "unblock")
 
-    def request(self, host: str) -> float:
+    def request(self, host: str, lease: Lease | None = None) -> float:
         """A request to the host asks to go out now: 0.0 when it may (stamped: the host's spacing
         counts from here), else the seconds to wait (the host's block, or its spacing from the last
         request's start or answer), nothing written. The fetcher asks before every request of a task
         on its own host, so the pause a site sees between two requests is at least the spacing,
         whatever a task did between its claim and its request (a slow robots.txt, a retry, its second
-        page) and whichever worker sends the other."""
+        page) and whichever worker sends the other. With the task's ``lease`` (its record on the
+        host's shard, as a gated task's is) the ask is fenced: LeaseLost when the task is no longer
+        the lease's (it ran again elsewhere), so a woken zombie sends nothing."""
         key = self.key(host)
-        return int(self.queue._run("host_block", key, "request", "0", "", shard=self._shard(key))) / 1000.0
+        shard = self._shard(key)
+        fence = lease is not None and self.queue._of(lease.task_id) == shard
+        reply = int(self.queue._run("host_block", key, "request", "0",
+                                    lease.task_id if fence else "", str(lease.token) if fence else "",
+                                    shard=shard))
+        if reply < 0:
+            raise_for(reply, lease.task_id, lease.token)  # type: ignore[union-attr]
+        return reply / 1000.0
+
+    def for_lease(self, lease: Lease) -> LeaseGate:
+        """This gate as the fetches of the task under ``lease`` use it: their asks are fenced."""
+        return LeaseGate(self, lease)
 
     def finished(self, host: str) -> None:
         """A request to the host got its answer (or failed) now: its spacing counts from here too.
@@ -387,3 +402,18 @@ def _info(host: str, hs: dict[str, str], queued: int, defaults: dict[str, str], 
         next_eligible=ne / 1000.0 if ne > now else None, blocked_until=bu / 1000.0 if blocked else None,
         block_reason=(hs.get("br") or None) if blocked else None, backoff_level=int(_num(hs.get("bl"))),
         state=state)
+
+
+class LeaseGate:
+    """A :class:`HostGate` bound to one task's lease (``HostGate.for_lease``): what ``ctx.fetch``
+    hands the fetcher, so each request's ask also checks that the task is still the lease's."""
+
+    def __init__(self, gate: HostGate, lease: Lease) -> None:
+        self.gate, self.lease = gate, lease
+
+    def request(self, host: str) -> float:
+        return self.gate.request(host, self.lease)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.gate, name)  # the reports (finished, defer, block_until_retry, ...) as they are
+

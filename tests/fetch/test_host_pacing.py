@@ -12,11 +12,12 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from celery_ha.base.errors import NoProxyAvailable
+from celery_ha.base.errors import LeaseLost, NoProxyAvailable
 from celery_ha.fetch.errors import HostNotReady
 from celery_ha.fetch.fetcher import Fetcher, FetchError
 from celery_ha.proxy import PoolConfig, ProxyPool
 from celery_ha.state import TaskQueue
+from tests.support.polling import wait_until
 from tests.support.proxy_farm import ProxyFarm, TestSite, started
 
 
@@ -183,5 +184,24 @@ def test_a_429_on_robots_txt_blocks_the_host_for_the_fleet(q: TaskQueue) -> None
         assert blocked is not None and before + 4 < blocked < before + 6.5
         with pytest.raises(HostNotReady):  # another worker's fetch: nothing sent while blocked
             fetcher(obey_robots=True).fetch(site.url("/ok"), gate=q.hosts)
+        assert len(site.hits_for()) == 1
+
+
+def test_a_zombie_whose_task_ran_again_elsewhere_sends_nothing(q: TaskQueue) -> None:
+    """A worker stopped past its lease wakes while its task runs again under a newer lease: its
+    request's ask is fenced by its lease (``ctx.fetch`` hands the fetcher ``hosts.for_lease``), so
+    the site never sees the stale run; the live holder's request goes."""
+    for site in started(TestSite("a")):
+        tid = q.enqueue(site.url("/ok"))
+        stale = q.claim_next("w:zombie", ttl=0.2)
+        assert stale is not None and stale.task_id == tid
+        wait_until(lambda: q.reclaim_expired() or q.stats()["running"] == 0, timeout=5,
+                   what="the sweep to take the expired lease back")
+        fresh = q.claim_next("w:live")
+        assert fresh is not None and fresh.task_id == tid and fresh.token != stale.token
+        with pytest.raises(LeaseLost):
+            fetcher().fetch(site.url("/ok"), gate=q.hosts.for_lease(stale))
+        assert site.hits_for() == []
+        assert fetcher().fetch(site.url("/ok"), gate=q.hosts.for_lease(fresh)).status_code == 200
         assert len(site.hits_for()) == 1
 

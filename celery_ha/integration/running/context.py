@@ -113,8 +113,8 @@ class DurableContext:
         self.check()
         rt = self._rt
         fetcher = process_fetcher(rt.client, rt.settings, rt.worker_name)
-        if self._own_host(url):  # the host gate paces this task's host: no in-task waits for it
-            kwargs.setdefault("gate", rt.queue.hosts)
+        if self._own_host(url):  # the host gate paces this task's host, each request fenced by the lease
+            kwargs.setdefault("gate", rt.queue.hosts.for_lease(self.lease))
             kwargs.setdefault("crawl_delay_cap", rt.settings.host_crawl_delay_max)
         asks_other = any(kwargs.get(k) for k in REQUEST_CHANGING)  # ?page=2 of the own URL: another page
         page = self._own_page(url) if conditional and method.upper() == "GET" and not asks_other else None

@@ -6,6 +6,7 @@ import click
 
 from celery_ha.base.errors import TaskNotFound
 from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.cli.known import force_option, require_known, warn_unknown
 from celery_ha.cli.render import console, echo_json, grid, short, shown, when
 from celery_ha.cli.task_cmd import ID_SHOWN, show_task
 
@@ -25,6 +26,7 @@ def command() -> None:
 @pass_cli
 def list_dead(obj: CLIContext, limit: int, offset: int, as_json: bool) -> None:
     """List dead tasks, oldest death first, with their last error."""
+    warn_unknown(obj)
     tasks = obj.queue.dead(limit=limit, offset=offset)
     total = obj.queue.stats()["dead"]
     if as_json:
@@ -53,12 +55,14 @@ def show(obj: CLIContext, task_id: str, as_json: bool) -> None:
 @command.command("redrive")
 @click.argument("task_ids", nargs=-1, metavar="[ID]...")
 @click.option("--all", "redrive_all", is_flag=True, help="Redrive every dead task.")
+@force_option
 @pass_cli
-def redrive(obj: CLIContext, task_ids: tuple[str, ...], redrive_all: bool) -> None:
+def redrive(obj: CLIContext, task_ids: tuple[str, ...], redrive_all: bool, force: bool) -> None:
     """Move dead tasks back to the queue with attempts and stalls reset. Unknown ids are reported and
     the others still redriven (exit 1 if any was unknown)."""
     if redrive_all == bool(task_ids):
         raise click.UsageError("give task IDs or --all (not both)")
+    require_known(obj, force)
     if redrive_all:
         click.echo(f"redrove {obj.queue.redrive(None)} task(s)")
         return

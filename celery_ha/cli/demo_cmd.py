@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from celery_ha.cli.context import CLIContext, check_namespace_option, pass_cli
+from celery_ha.cli.params import FiniteFloatRange
 
 
 @click.command("demo")
@@ -19,7 +20,7 @@ from celery_ha.cli.context import CLIContext, check_namespace_option, pass_cli
               help="Pool processes per worker.")
 @click.option("--chaos/--no-chaos", default=True, show_default=True,
               help="SIGKILL pool children and one whole worker mid-run.")
-@click.option("--timeout", type=click.FloatRange(10, 3600), default=300, show_default=True,
+@click.option("--timeout", type=FiniteFloatRange(10, 3600), default=300, show_default=True,
               help="Give up (exit 1) after this many seconds.")
 @click.option("--proxies", type=click.IntRange(1, 200), default=12, show_default=True,
               help="Local forward proxies on 127.0.0.x.")

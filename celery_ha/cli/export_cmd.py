@@ -31,6 +31,7 @@ import click
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.cli.errors import silence_stdout
 from celery_ha.cli.formats import FORMATS, write_csv, write_jsonl
+from celery_ha.cli.known import warn_unknown
 from celery_ha.state.sink import count_items, iter_items
 
 #: A directory of open descriptors, as ``realpath`` spells it (``/proc/self`` -> ``/proc/PID``).
@@ -183,6 +184,7 @@ def command(obj: CLIContext, fmt: str, columns: list[str] | None, output: str) -
         raise click.UsageError("--columns goes with --format csv")
     items = iter_items(obj.client, obj.namespace)
     if output == "-":
+        warn_unknown(obj)
         try:
             count = write_items(sys.stdout, items, fmt, columns, lambda: None)
         except BrokenPipeError:  # the reader is gone (`| head`): stop quietly, like other tools
@@ -191,6 +193,7 @@ def command(obj: CLIContext, fmt: str, columns: list[str] | None, output: str) -
         click.echo(f"exported {count} item(s)", err=True)
         return
     out = open_output(output)
+    warn_unknown(obj)  # after the output's own checks: a bad path is the one error line
     total = count_items(obj.client, obj.namespace)
     try:
         with click.progressbar(length=total, label="exporting", file=sys.stderr,

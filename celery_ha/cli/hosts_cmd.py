@@ -6,6 +6,8 @@ import click
 
 from celery_ha.base.hosts import KEY_MODES
 from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.cli.known import force_option, require_known, warn_unknown
+from celery_ha.cli.params import FiniteFloatRange
 from celery_ha.cli.render import console, echo_json, grid, when
 from celery_ha.state.hosts import SORTS, UNSET, HostInfo
 
@@ -44,6 +46,7 @@ def _limits(info: HostInfo) -> str:
 def list_hosts(obj: CLIContext, sort: str, limit: int, as_json: bool) -> None:
     """List hosts with their queued, running, done and dead tasks, limits, next eligible time,
     block and budget."""
+    warn_unknown(obj)
     gate = obj.queue.hosts
     hosts = gate.list(sort=sort)
     shown = hosts[:limit]
@@ -74,9 +77,10 @@ def list_hosts(obj: CLIContext, sort: str, limit: int, as_json: bool) -> None:
               help="Tasks of the host at once, 0 = no limit ('none': the default).")
 @click.option("--budget", metavar="N",
               help="Tasks handed out in all, from the host's first ('none': no budget).")
+@force_option
 @pass_cli
 def set_host(obj: CLIContext, host: str, rate: str | None, delay: str | None, concurrency: str | None,
-             budget: str | None) -> None:
+             budget: str | None, force: bool) -> None:
     """Set a host's limits (overrides of the namespace defaults CELERY_HA_HOST_RATE / _DELAY /
     _CONCURRENCY). Switches the namespace's host gate on."""
     if rate is None and delay is None and concurrency is None and budget is None:
@@ -93,6 +97,7 @@ def set_host(obj: CLIContext, host: str, rate: str | None, delay: str | None, co
             raise click.BadParameter(f"{text!r} is not a {'number' if kind is float else 'whole number'}"
                                      ) from None
 
+    require_known(obj, force)
     obj.queue.hosts.set(host, rate=value(rate, str), delay=value(delay, float),
                         concurrency=value(concurrency, int), budget=value(budget, int))
     info = obj.queue.hosts.get(host)
@@ -102,29 +107,34 @@ def set_host(obj: CLIContext, host: str, rate: str | None, delay: str | None, co
 
 @command.command("block")
 @click.argument("host")
-@click.option("--seconds", type=click.FloatRange(0, 30 * 86400), required=True,
+@click.option("--seconds", type=FiniteFloatRange(0, 30 * 86400), required=True,
               help="How long no task of the host is handed out.")
 @click.option("--reason", default="blocked by the operator", show_default=True)
+@force_option
 @pass_cli
-def block(obj: CLIContext, host: str, seconds: float, reason: str) -> None:
+def block(obj: CLIContext, host: str, seconds: float, reason: str, force: bool) -> None:
     """Hold a host back for every worker (its running tasks finish; queued ones wait)."""
+    require_known(obj, force)
     until = obj.queue.hosts.block(host, seconds, reason)
     click.echo(f"{obj.queue.hosts.get(host).host} blocked until {when(until)} UTC ({reason})")
 
 
 @command.command("unblock")
 @click.argument("host")
+@force_option
 @pass_cli
-def unblock(obj: CLIContext, host: str) -> None:
+def unblock(obj: CLIContext, host: str, force: bool) -> None:
     """Lift a host's block (and reset its 429 backoff level)."""
+    require_known(obj, force)
     obj.queue.hosts.unblock(host)
     click.echo(f"{obj.queue.hosts.get(host).host} unblocked")
 
 
 @command.command("mode")
 @click.argument("mode", required=False, type=click.Choice([*KEY_MODES, "domain"], case_sensitive=False))
+@force_option
 @pass_cli
-def mode(obj: CLIContext, mode: str | None) -> None:
+def mode(obj: CLIContext, mode: str | None, force: bool) -> None:
     """Show or set how a task gets its host key when its enqueue gives none (host=), for every
     process of the namespace:
 
@@ -138,25 +148,31 @@ def mode(obj: CLIContext, mode: str | None) -> None:
     """
     gate = obj.queue.hosts
     if mode is None:
+        warn_unknown(obj)
         click.echo(f"host key mode: {gate.mode(fresh=True)} (the host gate is "
                    f"{'on' if gate.enabled() else 'off'})")
         return
+    require_known(obj, force)
     click.echo(f"host key mode: {gate.set_mode(mode)} (the host gate is on)")
 
 
 @command.command("off")
+@force_option
 @pass_cli
-def off(obj: CLIContext) -> None:
+def off(obj: CLIContext, force: bool) -> None:
     """Switch the host gate off: new tasks go to their priority bands, ungated, as without a gate;
     tasks already queued per host still go out under their hosts' limits until drained. (Processes
     started with CELERY_HA_HOSTS=1 or a CELERY_HA_HOST_* default switch it on again: unset those.)"""
+    require_known(obj, force)
     obj.queue.hosts.switch(False)
     click.echo(f"host gate of namespace {obj.namespace}: off")
 
 
 @command.command("on")
+@force_option
 @pass_cli
-def on(obj: CLIContext) -> None:
+def on(obj: CLIContext, force: bool) -> None:
     """Switch the host gate on: new tasks with a host key are queued per host."""
+    require_known(obj, force)
     obj.queue.hosts.switch(True)
     click.echo(f"host gate of namespace {obj.namespace}: on")

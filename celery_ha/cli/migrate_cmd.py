@@ -8,6 +8,7 @@ import sys
 import click
 
 from celery_ha.cli.context import CLIContext, check_namespace_option, pass_cli
+from celery_ha.cli.known import force_option, require_known
 from celery_ha.cli.render import echo_json
 from celery_ha.state.migrate import Migration, MigrationReport, Progress
 from celery_ha.state.shards import MAX_SHARDS
@@ -19,8 +20,9 @@ from celery_ha.state.shards import MAX_SHARDS
               help="The target's shard count (its processes then run with CELERY_HA_SHARDS=N).")
 @click.option("--yes", is_flag=True, help="Confirm (required when not asked interactively).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@force_option
 @pass_cli
-def command(obj: CLIContext, target: str, shards: int, yes: bool, as_json: bool) -> None:
+def command(obj: CLIContext, target: str, shards: int, yes: bool, as_json: bool, force: bool) -> None:
     """Move this namespace into the new namespace TARGET, with --shards shards.
 
     The way to more shards than the namespace was written with. Every task moves with its record
@@ -36,6 +38,7 @@ def command(obj: CLIContext, target: str, shards: int, yes: bool, as_json: bool)
     that stopped half-way is finished by running the same command again. Then start the workers with
     CELERY_HA_NAMESPACE=TARGET and CELERY_HA_SHARDS=N.
     """
+    require_known(obj, force)  # the source (-n): the target is new by design
     source, client = obj.namespace, obj.client
     migration = Migration(client, source, target, shards, progress=_progress(as_json))
     migration.check(obj.settings.lease_ttl)

@@ -10,6 +10,8 @@ from celery_ha.base.errors import InvalidInput
 from celery_ha.base.masking import mask_url
 from celery_ha.base.settings import Settings
 from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.cli.known import warn_unknown
+from celery_ha.cli.params import FiniteFloatRange
 from celery_ha.cli.render import console, echo_json, grid, read_lines, stream_name, when
 
 STATES = ("avail", "new", "tban", "pban")
@@ -30,7 +32,7 @@ def _source_option(f):  # type: ignore[no-untyped-def]
 
 
 def _add_options(f):  # type: ignore[no-untyped-def]
-    f = click.option("--ttl", type=click.FloatRange(min=1), help="Lifetime at the provider, seconds.")(f)
+    f = click.option("--ttl", type=FiniteFloatRange(min=1), help="Lifetime at the provider, seconds.")(f)
     f = click.option("--verify", is_flag=True,
                      help="Keep out of rotation until a health check passes (free lists).")(f)
     return _source_option(f)
@@ -83,6 +85,7 @@ def import_(obj: CLIContext, file: IO[bytes], source: str, ttl: float | None, ve
 @pass_cli
 def list_(obj: CLIContext, state: str | None, as_json: bool) -> None:
     """List proxies, best score first: state, score, success rate, latency, bans."""
+    warn_unknown(obj)
     infos = obj.pool.list(state)
     if as_json:
         echo_json([i.to_dict() for i in infos])
@@ -100,7 +103,7 @@ def list_(obj: CLIContext, state: str | None, as_json: bool) -> None:
 
 @command.command("ban")
 @click.argument("proxy", metavar="ID|URL")
-@click.option("--seconds", type=click.FloatRange(min=1), help="Temporary ban; omit for a permanent ban.")
+@click.option("--seconds", type=FiniteFloatRange(min=1), help="Temporary ban; omit for a permanent ban.")
 @click.option("--reason", default="manual", show_default=True)
 @pass_cli
 def ban(obj: CLIContext, proxy: str, seconds: float | None, reason: str) -> None:
@@ -137,7 +140,7 @@ def remove(obj: CLIContext, proxy: str) -> None:
               metavar="URL", help="Page to fetch through each proxy (env CELERY_HA_PROXY_CHECK_URL).")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=200, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1, 256), default=8, show_default=True)
-@click.option("--timeout", type=click.FloatRange(0.1, 300), default=5.0, show_default=True)
+@click.option("--timeout", type=FiniteFloatRange(0.1, 300), default=5.0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_cli
 def check(obj: CLIContext, check_url: str | None, limit: int, concurrency: int, timeout: float,

@@ -9,8 +9,10 @@ import click
 from celery_ha.base.errors import InvalidInput
 from celery_ha.base.validation import parse_duration
 from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.cli.known import force_option, require_known, warn_unknown
 from celery_ha.cli.pump_hint import kick
 from celery_ha.cli.render import echo_json
+from celery_ha.state.enqueue_args import SCRIPT_BATCH
 from celery_ha.state.listing import completed_matching
 
 
@@ -39,9 +41,11 @@ def _age(ctx: click.Context, param: click.Parameter, value: str | None) -> str |
 @click.option("--pump/--no-pump", default=True, show_default=True,
               help="Ask a live worker to dispatch them now (else the next sweep does).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@force_option
 @pass_cli
 def command(obj: CLIContext, task_ids: tuple[str, ...], pattern: str | None, older_than: str | None,
-            task: str | None, every: bool, due: bool, dry_run: bool, pump: bool, as_json: bool) -> None:
+            task: str | None, every: bool, due: bool, dry_run: bool, pump: bool, as_json: bool,
+            force: bool) -> None:
     """Queue completed tasks again: each starts a new run (same URL, meta and task; attempts cleared).
 
     Name tasks by id, or select them with --match, --older-than and --task (together: all must
@@ -59,6 +63,10 @@ def command(obj: CLIContext, task_ids: tuple[str, ...], pattern: str | None, old
     if not task_ids and not (selecting or every or due):
         raise click.UsageError("name the tasks: IDs, --match GLOB, --older-than AGE, --task NAME, --all "
                                "or --due")
+    if dry_run:
+        warn_unknown(obj)  # a dry run only reads
+    else:
+        require_known(obj, force)
     if due:
         _due(obj, dry_run, pump, as_json)
         return
@@ -97,7 +105,7 @@ def _due(obj: CLIContext, dry_run: bool, pump: bool, as_json: bool) -> None:
         else:
             click.echo(f"would queue {would} due scheduled refetch(es) (namespace {obj.namespace})")
         return
-    queued = obj.queue.refetch_due(max_calls=1_000_000)
+    queued = obj.queue.refetch_due(limit=SCRIPT_BATCH, max_calls=1_000_000)  # short calls (README)
     kicked = bool(queued and pump and kick(obj))
     if as_json:
         echo_json({"namespace": obj.namespace, "queued": queued, "pumped": kicked})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.cli.known import force_option, require_known, warn_unknown
 from celery_ha.cli.render import console, echo_json, grid
 from celery_ha.state.schedules import Schedule
 
@@ -43,6 +44,7 @@ def _row(s: Schedule) -> tuple[str, ...]:
 @pass_cli
 def list_schedules(obj: CLIContext, as_json: bool) -> None:
     """List the schedules, and how many runs wait for their time or are due now."""
+    warn_unknown(obj)
     schedules = obj.queue.schedules()
     pending = obj.queue.refetch_pending()
     if as_json:
@@ -65,12 +67,14 @@ def list_schedules(obj: CLIContext, as_json: bool) -> None:
                                                "shrink it when it does (x1.4 / x0.8).")
 @click.option("--min", "min_every", metavar="AGE", help="Adaptive: shortest interval (default: every/4).")
 @click.option("--max", "max_every", metavar="AGE", help="Adaptive: longest interval (default: 8 x every).")
+@force_option
 @pass_cli
 def set_schedule(obj: CLIContext, task: str | None, host: str | None, every: str, adaptive: bool,
-                 min_every: str | None, max_every: str | None) -> None:
+                 min_every: str | None, max_every: str | None, force: bool) -> None:
     """Set the refetch schedule of a task name, a host, or a task on a host."""
     if task is None and host is None:
         raise click.UsageError("give --task, --host, or both")
+    require_known(obj, force)
     s = obj.queue.set_schedule(task, host, every=every, min_every=min_every, max_every=max_every,
                                adaptive=adaptive)
     what = " on ".join(x for x in (s.task and f"task {s.task}", s.host and f"host {s.host}") if x)
@@ -81,11 +85,13 @@ def set_schedule(obj: CLIContext, task: str | None, host: str | None, every: str
 @command.command("unset")
 @click.option("--task", help="Durable task name.")
 @click.option("--host", help="Host.")
+@force_option
 @pass_cli
-def unset_schedule(obj: CLIContext, task: str | None, host: str | None) -> None:
+def unset_schedule(obj: CLIContext, task: str | None, host: str | None, force: bool) -> None:
     """Remove a schedule (runs already waiting keep their time)."""
     if task is None and host is None:
         raise click.UsageError("give --task, --host, or both")
+    require_known(obj, force)
     if not obj.queue.unset_schedule(task, host):
         raise click.ClickException("no such schedule")
     click.echo("schedule removed")

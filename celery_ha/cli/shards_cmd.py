@@ -8,6 +8,7 @@ import sys
 import click
 
 from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.cli.known import force_option, require_known, warn_unknown
 from celery_ha.cli.render import console, echo_json, grid
 from celery_ha.redisio.cluster import is_cluster_client
 from celery_ha.redisio.slot_move import keys_of_slot, master_at, move_slot
@@ -30,6 +31,7 @@ def command(ctx: click.Context, as_json: bool) -> None:
     if ctx.invoked_subcommand is not None:
         return
     obj: CLIContext = ctx.obj
+    warn_unknown(obj)
     table = shard_table(obj.client, obj.namespace)
     if as_json:
         echo_json([info.as_dict() for info in table])
@@ -49,8 +51,9 @@ def command(ctx: click.Context, as_json: bool) -> None:
 @click.option("--to", "to", required=True, metavar="HOST:PORT",
               help="The master that takes the shard (add a new one first: redis-cli --cluster add-node).")
 @click.option("--yes", is_flag=True, help="Confirm (required when not asked interactively).")
+@force_option
 @pass_cli
-def move(obj: CLIContext, shard: int, to: str, yes: bool) -> None:
+def move(obj: CLIContext, shard: int, to: str, yes: bool, force: bool) -> None:
     """Move SHARD (its slot and every key of it) to the master at HOST:PORT.
 
     Offline: stop the namespace's workers, beat and everything that enqueues into it first (the
@@ -61,6 +64,7 @@ def move(obj: CLIContext, shard: int, to: str, yes: bool) -> None:
     if not is_cluster_client(client):
         raise click.ClickException("shards move needs a Redis Cluster (--redis-url redis+cluster://...): "
                                    "on a single Redis every shard is on the one server")
+    require_known(obj, force)
     table = shard_table(client, obj.namespace)
     if shard >= len(table):
         raise click.ClickException(

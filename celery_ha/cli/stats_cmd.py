@@ -17,6 +17,8 @@ from rich.text import Text
 from celery_ha.base.masking import mask_url
 from celery_ha.cli.context import CLIContext, pass_cli
 from celery_ha.cli.errors import one_line
+from celery_ha.cli.known import warn_unknown
+from celery_ha.cli.params import FiniteFloatRange
 from celery_ha.cli.render import console, echo_json, when
 from celery_ha.monitoring.dashboard import Reader, stats_snapshot
 
@@ -108,7 +110,7 @@ def _watch(obj: CLIContext, interval: float, updates: int | None) -> None:
 @click.command("stats")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON snapshot (for scripts and monitoring).")
 @click.option("--watch", "-w", is_flag=True, help="Live view: progress bar, rates, counts (Ctrl-C to quit).")
-@click.option("--interval", type=click.FloatRange(0.1, 3600), default=1.0, show_default=True,
+@click.option("--interval", type=FiniteFloatRange(0.1, 3600), default=1.0, show_default=True,
               help="Seconds between refreshes with --watch.")
 @click.option("--updates", type=click.IntRange(1), hidden=True, help="Stop --watch after N refreshes.")
 @pass_cli
@@ -120,6 +122,7 @@ def command(obj: CLIContext, as_json: bool, watch: bool, interval: float, update
     """
     if as_json and watch:
         raise click.UsageError("--json and --watch cannot be combined")
+    warn_unknown(obj)
     if watch:
         try:
             _watch(obj, interval, updates)

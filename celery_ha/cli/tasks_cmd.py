@@ -6,6 +6,7 @@ import click
 
 from celery_ha.base.validation import check_task_name
 from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.cli.known import warn_unknown
 from celery_ha.cli.render import console, echo_json, grid, short, when
 from celery_ha.state.listing import MAX_LIMIT, STATES, list_tasks
 
@@ -35,6 +36,7 @@ def command(obj: CLIContext, state: str, task_name: str | None, limit: int, offs
     lease expiry first; delayed: soonest retry first; completed: the bounded history, oldest first;
     dead: oldest death first. `celery-ha task ID` shows one in full.
     """
+    warn_unknown(obj)
     tasks = list_tasks(obj.queue, state, task=task_name, limit=limit, offset=offset)
     total = obj.queue.stats()[state]
     if as_json:

@@ -7,6 +7,8 @@ from typing import Any
 import click
 
 from celery_ha.cli.context import CLIContext, pass_cli
+from celery_ha.cli.known import warn_unknown
+from celery_ha.cli.params import FiniteFloatRange
 from celery_ha.cli.render import console, echo_json, grid, when
 from celery_ha.state.worker_registry import list_workers, running_by_worker, split_worker
 
@@ -29,12 +31,13 @@ def workers_with_leases(obj: CLIContext, max_age: float | None) -> list[dict[str
 
 
 @click.command("workers")
-@click.option("--max-age", type=click.FloatRange(0.1), default=None,
+@click.option("--max-age", type=FiniteFloatRange(0.1), default=None,
               help="Seconds since the last heartbeat to still count as alive.  [default: lease TTL]")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_cli
 def command(obj: CLIContext, max_age: float | None, as_json: bool) -> None:
     """List live worker processes and the task leases each one holds right now."""
+    warn_unknown(obj)
     workers = workers_with_leases(obj, max_age)
     if as_json:
         echo_json(workers)

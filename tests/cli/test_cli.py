@@ -112,6 +112,7 @@ def test_unexpected_errors_are_one_line_too(monkeypatch: pytest.MonkeyPatch, red
     def boom(self: TaskQueue) -> dict[str, int]:
         raise RuntimeError(f"kaputt redis://x:{SECRET}@h:1\nsecond line")
 
+    TaskQueue.from_url(redis_url, namespace="default").enqueue("http://example.com/")  # a namespace in use
     monkeypatch.setattr(TaskQueue, "stats", boom)
     line = assert_one_line_error(run(["--redis-url", redis_url, "stats"]), code=1, contains="RuntimeError")
     assert "x:***@h:1" in line

@@ -35,6 +35,7 @@ def test_cancel_reports_each_id(redis_url: str) -> None:
 
 
 def test_pause_and_resume_flags(redis_url: str, r: redis.Redis) -> None:
+    TaskQueue.from_url(redis_url, namespace="pz").enqueue("http://example.com/")  # a namespace in use
     assert "paused" in cli(redis_url, "pz", "pause", "--reason", "site maintenance").stdout
     assert "already paused" in cli(redis_url, "pz", "pause").stdout
     stats = json.loads(cli(redis_url, "pz", "stats", "--json").stdout)

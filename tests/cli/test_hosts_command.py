@@ -44,6 +44,7 @@ def test_set_block_list_and_unblock_a_host(redis_url: str) -> None:
 
 def test_bad_input_is_one_line_and_writes_nothing(redis_url: str) -> None:
     q = TaskQueue.from_url(redis_url, namespace="hb")
+    q.enqueue("http://a.example/1")  # a namespace in use (the gate is off: no host queue)
     assert_one_line_error(cli(redis_url, "hb", "hosts", "set", "a.example"), code=2)
     assert_one_line_error(cli(redis_url, "hb", "hosts", "set", "a.example", "--rate", "fast"),
                           contains="rate")
@@ -61,7 +62,8 @@ def test_hosts_mode_shows_and_sets_the_key_mode_for_every_process(redis_url: str
     q = TaskQueue.from_url(redis_url, namespace="hm")
     shown = cli(redis_url, "hm", "hosts", "mode").stdout.strip()
     assert shown == "host key mode: host (the host gate is off)"
-    result = cli(redis_url, "hm", "hosts", "mode", "registered-domain")
+    # set before its first enqueue (tasks keep the keys they were queued with): --force
+    result = cli(redis_url, "hm", "hosts", "mode", "registered-domain", "--force")
     assert result.exit_code == 0 and "registered-domain" in result.stdout
     tids = q.enqueue_many(["http://a.example.test/1", "http://b.example.test/2"])
     assert {q.get(t).host for t in tids} == {"example.test"}
@@ -72,7 +74,8 @@ def test_hosts_mode_shows_and_sets_the_key_mode_for_every_process(redis_url: str
 
 def test_hosts_off_and_on_switch_the_gate(redis_url: str) -> None:
     q = TaskQueue.from_url(redis_url, namespace="ho")
-    assert cli(redis_url, "ho", "hosts", "on").stdout.strip() == "host gate of namespace ho: on"
+    # switched on before its first enqueue: --force
+    assert cli(redis_url, "ho", "hosts", "on", "--force").stdout.strip() == "host gate of namespace ho: on"
     assert q.hosts.enabled() and q.get(q.enqueue("http://a.example/1")).host == "a.example"
     assert cli(redis_url, "ho", "hosts", "off").exit_code == 0
     assert not q.hosts.enabled() and q.get(q.enqueue("http://a.example/2")).host is None

@@ -4,11 +4,13 @@ fetching from a real site (the page is served again)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import redis
 
 from celery_ha import TaskQueue
+from celery_ha.state.enqueue_args import SCRIPT_BATCH
 from tests.support.celery_fixtures import make_cluster, site
 from tests.support.celery_helpers import wait_for
 from tests.support.cli import assert_one_line_error, run
@@ -62,6 +64,49 @@ def test_recrawl_selects_by_pattern_age_and_task(redis_url: str) -> None:
     assert q.stats()["recrawled"] == 6
 
 
+def _script_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[Any, ...], Any]]:
+    """Every script call of every queue from now on (the CLI builds its own), as (script, args, reply)."""
+    calls: list[tuple[str, tuple[Any, ...], Any]] = []
+    original = TaskQueue._run
+
+    def wrapped(self: TaskQueue, script: str, *args: Any, **kw: Any) -> Any:
+        reply = original(self, script, *args, **kw)
+        calls.append((script, args, reply))
+        return reply
+
+    monkeypatch.setattr(TaskQueue, "_run", wrapped)
+    return calls
+
+
+def test_the_bulk_verbs_send_short_script_calls(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """recrawl --all, recrawl --due and dead redrive --all: at most SCRIPT_BATCH ids per script call
+    (README "Short scripts"), so a big recrawl never keeps the workers waiting behind one call."""
+    q = TaskQueue.from_url(redis_url, namespace="rk")
+    q.set_schedule("page", every=1)
+    done = _finish(q, [f"https://shop.example/p/{n}" for n in range(260)])
+    scheduled = _finish(q, [f"https://shop.example/s/{n}" for n in range(120)], task="page")
+    dead = q.enqueue_many([f"https://shop.example/d/{n}" for n in range(140)])
+    for tid in dead:
+        lease = q.claim(tid, "w:1")
+        assert lease is not None
+        q.fail(lease, "boom", retry=False)
+    wait_for(lambda: q.refetch_pending()["due"] == len(scheduled), timeout=10, message="due runs")
+    calls = _script_calls(monkeypatch)
+
+    result = cli(redis_url, "rk", "recrawl", "--due", "--no-pump")
+    assert result.exit_code == 0 and "queued 120 due" in result.stdout, result.output
+    limits = [int(args[0]) for script, args, _ in calls if script == "refetch_due"]
+    assert limits and max(limits) <= SCRIPT_BATCH, limits
+    result = cli(redis_url, "rk", "recrawl", "--all", "--no-pump", "--task", "fetch_page")
+    assert result.exit_code == 0 and f"queued {len(done)} completed" in result.stdout, result.output
+    rows = [len(args) for script, args, _ in calls if script == "recrawl"]
+    assert sum(rows) == len(done) and max(rows) <= SCRIPT_BATCH, rows
+    result = cli(redis_url, "rk", "dead", "redrive", "--all")
+    assert result.exit_code == 0 and f"redrove {len(dead)} task(s)" in result.stdout, result.output
+    moved = [(int(args[1]), int(reply)) for script, args, reply in calls if script == "redrive"]
+    assert max(max(pair) for pair in moved) <= SCRIPT_BATCH, moved
+
+
 @pytest.mark.parametrize("args, code, contains", [
     ([], 2, "name the tasks"),
     (["abcdefabcdef", "--all"], 2, "not both"),
@@ -69,6 +114,7 @@ def test_recrawl_selects_by_pattern_age_and_task(redis_url: str) -> None:
     (["--task", "bad name!"], 1, "task"),
 ])
 def test_recrawl_bad_input_is_one_line(redis_url: str, args: list[str], code: int, contains: str) -> None:
+    TaskQueue.from_url(redis_url, namespace="rb").enqueue("https://shop.example/")  # a namespace in use
     assert_one_line_error(cli(redis_url, "rb", "recrawl", *args), code=code, contains=contains)
 
 

@@ -16,6 +16,7 @@ def cli(url: str, namespace: str, *args: str):
 
 
 def test_set_list_and_unset(redis_url: str) -> None:
+    TaskQueue.from_url(redis_url, namespace="sh").enqueue("https://shop.example/")  # a namespace in use
     out = cli(redis_url, "sh", "schedules", "set", "--task", "crawl_list", "--every", "1d")
     assert out.exit_code == 0 and out.stdout.strip() == \
         "task crawl_list: refetch every 1d (from each task's next completion)", out.output
@@ -37,6 +38,7 @@ def test_set_list_and_unset(redis_url: str) -> None:
 
 
 def test_bad_input_is_one_line(redis_url: str) -> None:
+    TaskQueue.from_url(redis_url, namespace="sb").enqueue("https://shop.example/")  # a namespace in use
     assert_one_line_error(cli(redis_url, "sb", "schedules", "set", "--every", "1d"),
                           contains="give --task, --host")
     assert_one_line_error(cli(redis_url, "sb", "schedules", "set", "--task", "t", "--every", "often"),

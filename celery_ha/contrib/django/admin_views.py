@@ -139,7 +139,11 @@ def task_detail(request: HttpRequest, task_id: str) -> HttpResponse:
 def outbox(request: HttpRequest) -> HttpResponse:
     """The requests committed but not in Redis yet, oldest first; POST relays them now."""
     if request.method == "POST":
-        report = relay()
+        try:
+            report = relay()
+        except CeleryHAError as exc:  # the configuration (not a row) is refused: the rows stay as they are
+            messages.error(request, f"the relay stopped; the requests not pushed stay in the outbox: {exc}")
+            return HttpResponseRedirect(reverse("celery_ha:outbox"))
         if report.error:
             messages.error(request, f"Redis did not answer: {report.error}; {report.left} request(s) stay")
         else:

@@ -32,7 +32,7 @@ import redis
 from django.db import DatabaseError, connections
 from django.db.models import F
 
-from celery_ha.base.errors import CeleryHAError
+from celery_ha.base.errors import InvalidInput
 from celery_ha.base.masking import mask_url
 from celery_ha.contrib.django.models import OutboxEntry
 from celery_ha.contrib.django.runtime import runtime
@@ -94,7 +94,8 @@ def _short(exc: BaseException) -> str:
 
 def push(rows: Sequence[Pending]) -> list[bool]:
     """Push ``rows`` (grouped by namespace, in batches); True per row whose task this call created.
-    Raises the Redis error (nothing after it was pushed) or InvalidInput for a row refused."""
+    Raises the Redis error (nothing after it was pushed), InvalidInput for a row refused, or
+    ConfigurationError when this process may not write the namespace (its shard count differs)."""
     by_namespace: dict[str, list[int]] = defaultdict(list)
     for at, row in enumerate(rows):
         by_namespace[row.namespace].append(at)
@@ -169,7 +170,12 @@ def _mark(using: str, pks: Iterable[Any], error: str) -> None:
 
 
 def _relay_batch(using: str, entries: list[OutboxEntry], report: RelayReport, skipped: set[Any]) -> None:
-    """Push one batch; a row refused by validation is kept aside with its reason, the rest go on."""
+    """Push one batch; a row refused by validation is kept aside with its reason, the rest go on.
+
+    Only ``InvalidInput`` (bad data: that row's fault) marks a row. Any other refusal, such as a
+    ``ConfigurationError`` (this process's shard count differs from the namespace's), is the
+    process's: every row would meet it, so it propagates and stops the run with the rows untouched,
+    to be pushed once the configuration is fixed."""
     rows: list[Pending] = []
     for entry in entries:
         try:
@@ -180,12 +186,12 @@ def _relay_batch(using: str, entries: list[OutboxEntry], report: RelayReport, sk
             _mark(using, [entry.pk], f"unreadable outbox row: {exc}")
     try:
         flags = push(rows)
-    except CeleryHAError:
+    except InvalidInput:
         flags = []
         for row in rows:  # find the bad ones; the good ones are pushed one by one
             try:
                 flags += push([row])
-            except CeleryHAError as exc:
+            except InvalidInput as exc:
                 skipped.add(row.pk)
                 report.invalid += 1
                 _mark(using, [row.pk], _short(exc))
@@ -198,7 +204,9 @@ def _relay_batch(using: str, entries: list[OutboxEntry], report: RelayReport, sk
 def relay(using: str | None = None, batch: int = 500, max_rows: int = RELAY_MAX_ROWS) -> RelayReport:
     """Push every row left in the outbox (oldest first) and delete it; idempotent, so it is safe to
     run while requests push their own rows, and from several processes at once. Stops at the first
-    sign that Redis does not take pushes (``report.error``), counting the attempt on the rows it tried."""
+    sign that Redis does not take pushes (``report.error``), counting the attempt on the rows it tried.
+    A refusal that is no row's fault (``ConfigurationError``: see :func:`_relay_batch`) is raised,
+    the rows left as they were."""
     report = RelayReport()
     for alias in outbox_databases(using):
         report.databases.append(alias)

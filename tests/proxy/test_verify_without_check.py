@@ -16,7 +16,8 @@ import pytest
 import redis
 
 from celery_ha.base.errors import NoProxyAvailable
-from celery_ha.proxy import FreeListProvider, PoolConfig, ProxyPool, parse_proxy_url
+from celery_ha.proxy import FreeListProvider, ProxyPool, parse_proxy_url
+from tests.proxy.test_pool_lifecycle import make_pool, redis_ms
 from tests.support.polling import wait_until
 
 P = "cha:{default}:px:"
@@ -28,15 +29,6 @@ def no_check_url(monkeypatch: pytest.MonkeyPatch) -> None:
     """The default deployment: no check URL (a test that needs one sets it)."""
     monkeypatch.delenv("CELERY_HA_PROXY_CHECK_URL", raising=False)
 
-
-def make_pool(redis_url: str, **kw: object) -> ProxyPool:
-    kw.setdefault("rate", (100, 1.0))
-    return ProxyPool(redis.Redis.from_url(redis_url, decode_responses=True), "default", PoolConfig(**kw))
-
-
-def redis_ms(r: redis.Redis) -> int:
-    sec, usec = r.time()
-    return int(sec) * 1000 + int(usec) // 1000
 
 
 def handed_out(pool: ProxyPool, domain: str, n: int) -> list[str]:

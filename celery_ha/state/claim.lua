@@ -14,6 +14,10 @@
   ARGV[2] task id
   ARGV[3] worker
   ARGV[4] lease ttl (ms)
+  ARGV[5] '1': adopt (a caller that alone runs tasks under its worker name: a prefork pool child):
+    a task found running under this very worker is this caller's own lease whose grant it never
+    heard of (a reply lost to a timeout, Redis paused, an exception between the reply and its use):
+    it is returned as it is, same token, its expiry moved to now + ttl; '' or absent: refused
   Reply: {id, token, expiry_ms, record, checkpoint|false}, the lease; or a refusal when the task is
     not queued or dispatched (the message is then dropped): R_UNKNOWN, R_RUNNING, R_DELAYED,
     R_COMPLETED, R_DEAD; or R_WAITING for a dispatched task whose host (the host gate) was blocked
@@ -23,4 +27,10 @@
 --#include _common
 local st, payload = load(ARGV[2])
 if not st then return R_UNKNOWN end
-return grant(ARGV[2], st, payload, ARGV[3], tonumber(ARGV[4]), now_ms(), false)
+local now = now_ms()
+if ARGV[5] == '1' and st.s == 'r' and st.w == ARGV[3] then
+  local expiry = fmt(now + tonumber(ARGV[4]))
+  redis.call('ZADD', K_RUNNING, expiry, ARGV[2])
+  return {ARGV[2], st.k, expiry, rec_get(ARGV[2]), redis.call('HGET', K_CKPT, ARGV[2])}
+end
+return grant(ARGV[2], st, payload, ARGV[3], tonumber(ARGV[4]), now, false)

@@ -207,11 +207,18 @@ class TaskQueue(EnqueueOps, QueueReads, OperatorOps, CompletionOps, ScheduleOps)
         grant a lease that expired before it was granted)."""
         return int((self.lease_ttl if ttl is None else check_seconds("ttl", ttl)) * 1000)
 
-    def claim(self, task_id: str, worker: str, ttl: float | None = None) -> Lease | None:
+    def claim(self, task_id: str, worker: str, ttl: float | None = None, adopt: bool = False) -> Lease | None:
         """Claim a queued or dispatched task; None when it is not claimable (running elsewhere,
-        delayed, completed, dead or unknown) — a Celery message for it should then be dropped."""
+        delayed, completed, dead or unknown) — a Celery message for it should then be dropped.
+
+        ``adopt``: for a caller that alone runs tasks under ``worker`` (a prefork pool child, whose
+        name is its node and pid): a task already running under ``worker`` is its own lease whose
+        grant it never heard of (a reply lost to a timeout, an exception before its use), returned
+        with its token and a fresh expiry instead of refused (it would otherwise sit until its lease
+        expired, and count a stall). Never for a pool whose threads share one worker name."""
         task_id = _task_id(task_id)
-        reply = self._run("claim", task_id, _worker(worker), self._ttl_ms(ttl), shard=self._of(task_id))
+        reply = self._run("claim", task_id, _worker(worker), self._ttl_ms(ttl), "1" if adopt else "",
+                          shard=self._of(task_id))
         return lease_from(reply, worker)
 
     def claim_next(self, worker: str, ttl: float | None = None, wait: float = 0.0) -> Lease | None:

@@ -579,3 +579,21 @@ def test_a_claim_refuses_a_non_positive_or_non_finite_ttl_and_writes_nothing(red
     with pytest.raises(InvalidInput):
         q.claim_next("w1", ttl=ttl)
     assert raw_record(r, q.keys, tid) == before and q.get(tid).state == "queued"
+
+
+def test_a_claim_may_adopt_the_task_running_under_its_own_worker_and_no_other(q: TaskQueue,
+                                                                                r: redis.Redis) -> None:
+    """A prefork child whose claim's reply was lost (a timeout, a Redis pause) claims again: with
+    ``adopt`` the task running under its own name is its lease (same token, fresh expiry), not
+    refused and left to expire with a stall; another worker's lease is never adopted."""
+    tid = q.enqueue("https://example.com/a")
+    first = q.claim(tid, "node:1", ttl=5)
+    assert first is not None
+    assert q.claim(tid, "node:1", ttl=5) is None  # without adopt: refused, as before
+    assert q.claim(tid, "node:2", ttl=5, adopt=True) is None  # another holder's lease: refused
+    again = q.claim(tid, "node:1", ttl=30, adopt=True)
+    assert again is not None and again.token == first.token and again.task_id == tid
+    assert again.expires_at > first.expires_at + 20
+    assert r.zscore(q.keys.running, tid) == pytest.approx(again.expires_at * 1000, abs=1)
+    q.complete(again)
+    assert q.stats()["completed"] == 1 and q.claim(tid, "node:1", adopt=True) is None

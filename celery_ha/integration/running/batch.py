@@ -7,8 +7,9 @@ once, with the last id (in its completion's script, or a pump). A completion cla
 the same script (``complete_claim.lua``), so each task of a batch costs one script, not two. Nothing
 of a batch is stranded:
 
-* the ids a child did not reach when it stopped (SIGTERM of a graceful shutdown) are sent again at
-  once in a new message, before the child returns;
+* the ids a child did not reach when it stopped (SIGTERM of a graceful shutdown), or when the
+  message's soft time limit came between two ids (``graceful_stop``), are sent again at once in a
+  new message, before the child returns;
 * when a child dies (SIGKILL, OOM), the worker's main process releases the one it was running (fast
   failover) and re-sends the ids still waiting for their claim (``on_child_lost``);
 * every id stays ``dispatched`` until its claim, so the redispatch timeout covers anything else.
@@ -42,12 +43,13 @@ def run_batch(spec: DurableTask, celery_task: Any, task_ids: list[str]) -> list[
     claimed: Lease | None = None  # the next id's lease, taken by the previous completion's script
     with stop.holding_lease():  # a SIGTERM between two ids is noted too: the rest is handed on below
         for position, task_id in enumerate(task_ids):
-            if stop.stop_requested:
+            if stop.stop_requested or stop.soft_limit:  # a shutdown, or the message's soft time limit
                 if claimed is not None:  # claimed, not started: back to queued before it is re-sent
                     _release_unstarted(rt, claimed)
                 left = task_ids[position:]
                 sent = resend_waiting(celery_task.app, rt, left)
-                log.warning("batch stopped before %d task(s): %d sent again", len(left), sent)
+                why = "its soft time limit" if stop.soft_limit and not stop.stop_requested else "a shutdown"
+                log.warning("batch stopped before %d task(s) (%s): %d sent again", len(left), why, sent)
                 pump_quietly(celery_task.app, rt)
                 break
             # The last id refills the window (in its completion's script when it completes); every

@@ -37,7 +37,8 @@ def with_patience(call: Callable[[], T], deadline: float, first_delay: float = 0
     (``time.monotonic()``); the last error is raised then. Other errors are raised at once.
 
     Only for calls that are safe to repeat: a claim (a repeat of a claim that did run finds the task
-    running and returns None) or a release fenced by token and holder.
+    running under this worker and adopts it in a pool process's main thread, else returns None) or
+    a release fenced by token and holder.
     """
     delay = first_delay
     while True:

@@ -81,9 +81,15 @@ def run_message(spec: DurableTask, celery_task: Any, task_id: str, *, refill: bo
 
 def _claim(rt: Services, task_id: str) -> Lease | None:
     """Claim ``task_id`` for this process, patient while Redis is briefly away; a claim Redis cannot
-    take puts the message back in the broker instead of losing it."""
+    take puts the message back in the broker instead of losing it.
+
+    In a pool process's main thread (prefork, solo: the only one running tasks under its worker
+    name) a task found running under this very name is adopted: a claim whose reply was lost (a
+    timeout, a Redis pause, then the retry), or a batch's next id that its previous completion
+    claimed before an exception cut the reply's use, is this process's own lease, not another's."""
+    adopt = threading.current_thread() is threading.main_thread()
     try:
-        return with_patience(lambda: rt.queue.claim(task_id, rt.worker_name),
+        return with_patience(lambda: rt.queue.claim(task_id, rt.worker_name, adopt=adopt),
                              time.monotonic() + CLAIM_PATIENCE)
     except redis.RedisError as exc:
         if not is_infrastructure_error(exc):

@@ -1,9 +1,11 @@
 --[[ Hold a host back, or let it go: the fleet-wide politeness of a host (an operator's block, a
   Retry-After, a 429/503 without one, a refusal at fetch time). Its queued tasks stay queued and cost
   no worker slot; tasks already running are not touched.
-  KEYS: the task-state layout (_common); none is touched but through the prefix.
+  KEYS: the task-state layout (_common); none is touched but through the prefix, except
+  KEYS[1]  tasks (read: the record of a 'request' that names its task, for the lease's fence)
   Same slot: the host gate's keys (_hosts.lua: h, hb, hl, hq, hcfg,
-    hosts, hready, hwait) are named from ARGV[1], the prefix every KEYS entry
+    hosts, hready, hwait) and the record buckets a fenced 'request' reads (_records.lua: t:<i>, tg)
+    are named from ARGV[1], the prefix every KEYS entry
     starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2] host key

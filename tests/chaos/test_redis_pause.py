@@ -6,25 +6,14 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
 
-from celery_ha.runtime.redis_process import RedisProcess, free_port
 from tests.support.celery_helpers import wait_for
 
 pytestmark = pytest.mark.slow
 
-
-@pytest.fixture
-def state_redis(tmp_path: Path) -> Iterator[RedisProcess]:
-    server = RedisProcess(port=free_port(), data_dir=tmp_path / "state").start()
-    yield server
-    if server.proc is not None and server.proc.poll() is None:
-        server.proc.send_signal(signal.SIGCONT)
-    server.stop()
 
 
 def test_pause_longer_than_the_lease_ttl_counts_no_stall(make_cluster, site, state_redis, redis_server):

@@ -280,7 +280,7 @@ class Fetcher:
         # Never outlive the lease: once the lock expires another worker may use this proxy × domain.
         # The connect and the answer's head fit the budget together; the body is read by its end
         # (a per-read timeout alone lets a trickling body run on for ever).
-        budget = max(0.5, (lease.expires_at_ms - lease.acquired_at_ms) / 1000.0 * 0.9)
+        budget = max(0.5, lease.seconds * 0.9)
         deadline = time.monotonic() + budget
         response = self.session.request(method, url, headers=headers, timeout=within(timeout, budget),
                                         proxies=lease.proxies, stream=True, **options)

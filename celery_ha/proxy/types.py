@@ -28,6 +28,11 @@ class ProxyLease:
     expires_at_ms: int = 0
 
     @property
+    def seconds(self) -> float:
+        """How long the lease's lock lasts from its acquire (both ends on Redis's clock: no skew)."""
+        return max(0.0, (self.expires_at_ms - self.acquired_at_ms) / 1000.0)
+
+    @property
     def masked_url(self) -> str:
         """The URL as it may be shown or logged (password replaced by ``***``)."""
         return mask_url(self.url)

@@ -39,22 +39,17 @@ TIMEOUT_SHARE = 0.9
 _WRAPPED = "_celery_ha_download_start"
 
 
-def lease_seconds(lease: ProxyLease) -> float:
-    """How long the lease's lock lasts from its acquire (both ends are Redis's clock: no skew)."""
-    return max(0.0, (lease.expires_at_ms - lease.acquired_at_ms) / 1000.0)
-
-
 def seconds_left(lease: ProxyLease, borrowed_at: float, now: float | None = None) -> float:
     """What is left of the lease, counted on this process's monotonic clock from ``borrowed_at``
     (taken just before the acquire call, so the estimate errs on the short side)."""
     now = time.monotonic() if now is None else now
-    return lease_seconds(lease) - (now - borrowed_at)
+    return lease.seconds - (now - borrowed_at)
 
 
 def enough_left(lease: ProxyLease) -> float:
     """The least a download may start with: a second, or a tenth of the lease when that is longer,
     but never more than half the lease (a fresh lease always passes, so borrowing again ends)."""
-    length = lease_seconds(lease)
+    length = lease.seconds
     return min(max(MIN_LEFT, MIN_LEFT_SHARE * length), 0.5 * length)
 
 

@@ -54,7 +54,6 @@ from celery_ha.contrib.scrapy.config import (
 )
 from celery_ha.contrib.scrapy.download_start import (
     enough_left,
-    lease_seconds,
     seconds_left,
     timeout_within,
     watch_download_starts,
@@ -248,7 +247,7 @@ class CeleryHAProxyMiddleware:
         assumes the download starts at once; :meth:`_starting` shortens it by the time the request
         then spent waiting in its slot."""
         meta = request.meta
-        meta[keys.DOWNLOAD_TIMEOUT] = timeout_within(lease_seconds(lease), meta.get(keys.OWN_TIMEOUT))
+        meta[keys.DOWNLOAD_TIMEOUT] = timeout_within(lease.seconds, meta.get(keys.OWN_TIMEOUT))
         if self.knobs.proxy_slots:
             slot = meta.get(keys.DOWNLOAD_SLOT)
             # Scrapy writes its default slot (the host) into meta: that one, or ours, is replaced;

@@ -39,10 +39,18 @@ _W3C = re.compile(r"(\d{4})(?:-(\d{2})(?:-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2
 ZONE_SLACK = 14 * 3600
 
 
-def parse_lastmod(text: str) -> float | None:
+#: How far past the reader's clock a lastmod's earliest meaning may lie (clocks differ) before it is
+#: read as none.
+CLOCK_SKEW = 3600
+
+
+def parse_lastmod(text: str, now: float | None = None) -> float | None:
     """A sitemap ``<lastmod>`` as epoch seconds; None when it is not a W3C datetime (an unreadable
     lastmod, a zone offset out of range included, must not stop an ingestion: the URL is then treated
-    as having none).
+    as having none), nor when the earliest instant it can mean is later than ``now`` (the reader's
+    clock, default ``time.time()``) plus :data:`CLOCK_SKEW`: a lastmod in the future (a wrong clock, a
+    placeholder such as 2099) would otherwise read as "changed since it finished" at every ingestion
+    until that date.
 
     A lastmod without a time (``2026-03-01``, ``2026-03``, ``2026``) is read as the *latest* instant
     it can mean: the end of that day (month, year) plus :data:`ZONE_SLACK`. It is only ever compared
@@ -63,6 +71,9 @@ def parse_lastmod(text: str) -> float | None:
             tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
         at = datetime(int(year), int(month or 1), int(day or 1), int(hour or 0), int(minute or 0),
                       int(second or 0), int((fraction or "0")[:6].ljust(6, "0")), tzinfo=tz)
+        earliest = at.timestamp() - (ZONE_SLACK if hour is None else 0)  # a date starts first at UTC+14
+        if earliest > (time.time() if now is None else now) + CLOCK_SKEW:
+            return None
         if hour is None:  # a date, a month or a year: its end, in the latest zone it may be in
             if day is not None:
                 end = at + timedelta(days=1)

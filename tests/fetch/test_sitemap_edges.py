@@ -70,6 +70,30 @@ def test_a_date_only_lastmod_is_the_end_of_its_day(site: SitemapSite, q: TaskQue
     assert (counts.changed, counts.unchanged) == (1, 1)
 
 
+def test_a_lastmod_in_the_future_is_read_as_none(site: SitemapSite, q: TaskQueue) -> None:
+    """A site whose lastmod says 2099 (a wrong clock, a placeholder): its finished pages are
+    duplicates at the next ingestion, not "changed since they finished" at every one until 2099. A
+    date-only lastmod of today still counts (it may mean up to the end of today in the widest zone)."""
+    at = datetime(2030, 6, 1, tzinfo=timezone.utc).timestamp()
+    assert parse_lastmod("2030-06-01T01:00Z", now=at) is not None  # within the clocks' skew
+    assert parse_lastmod("2030-06-01T02:00Z", now=at) is None
+    assert parse_lastmod("2030-06-01", now=at - 13 * 3600) is not None  # already today at UTC+14
+    assert parse_lastmod("2030-06-02", now=at) is None
+    assert parse_lastmod("2030-06", now=at) is not None and parse_lastmod("2030-07", now=at) is None
+    u = site.url
+    today = datetime.now(timezone.utc).date().isoformat()
+    site.routes["/s.xml"] = Route(lambda: urlset(
+        [(f"{u}/p/{i}", "2099-01-01T00:00:00Z") for i in range(3)] + [(f"{u}/today", "2020-01-01")]))
+    assert _ingest(q, [f"{u}/s.xml"]).counts.new == 4
+    _finish_all(q)
+    site.routes["/s.xml"] = Route(lambda: urlset(
+        [(f"{u}/p/{i}", "2099-01-01T00:00:00Z") for i in range(3)] + [(f"{u}/today", today)]))
+    for _ in range(2):
+        counts = _ingest(q, [f"{u}/s.xml"]).counts
+        assert (counts.new, counts.changed, counts.duplicates) == (1, 1, 3)  # /today changed, p/* not
+        _finish_all(q)
+
+
 def test_unchanged_pages_are_counted_once_in_a_batch_with_an_invalid_url(site: SitemapSite,
                                                                          q: TaskQueue) -> None:
     u = site.url

@@ -12,6 +12,8 @@ breaks). Each has a test that fails when the behaviour it patches changes (tests
   layer's redispatch is its ack emulation).
 - ``quick_reconnect``: the worker's consumer retries a lost broker within a second, not 2 s, 4 s, ...
 - ``child_reaper``: a dead pool child is noticed within a quarter second instead of 5 s.
+- ``timeout_pid``: which pool process a hard time limit kills (read from Celery's call stack), so
+  fast failover releases that process's leases only.
 
 ``registry`` holds what each decided in this process; the worker logs it in one line at start-up,
 with the dispatch path of the refill messages (``integration/worker/startup_report.py``).

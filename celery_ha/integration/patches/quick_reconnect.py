@@ -9,6 +9,11 @@ Sentinel is. Installed by ``celeryconfig.py`` (``worker_consumer``).
 It overrides ``Consumer.ensure_connected`` (a Celery internal: where the consumer connects and
 reconnects) and passes kombu's ``ensure_connection`` the retry intervals Celery leaves unset. When
 either has changed shape, the consumer is Celery's own, unchanged, and one WARNING says so.
+
+Celery gives up after ``broker_connection_max_retries`` retries (default 100) and the worker exits.
+At Celery's intervals 100 retries last about 46 minutes; at the quick ones they would last about 3,
+so a longer Redis outage would leave no worker to resume the crawl. The retry count is therefore
+raised to as many quick retries as wait as long in all (:func:`quick_retries`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,26 @@ RETRY_START = 0.2
 RETRY_STEP = 0.5
 RETRY_MAX = 2.0
 _INTERVALS = ("interval_start", "interval_step", "interval_max")
+#: kombu's reconnect intervals (start, step, most), which Celery's consumer leaves at their defaults.
+CELERY_INTERVALS = (2.0, 2.0, 30.0)
+
+
+def _interval(retry: int, start: float, step: float, most: float) -> float:
+    """Seconds kombu waits before reconnect ``retry`` (0-based): start, start + step, … at most ``most``."""
+    return min(start + retry * step, most)
+
+
+def quick_retries(max_retries: int | None) -> int | None:
+    """How many retries at the quick intervals wait, in all, as long as ``max_retries`` at Celery's own:
+    the worker gives up on a lost broker no sooner than Celery would. None or 0 (for ever) stays."""
+    if not max_retries:
+        return max_retries
+    budget = sum(_interval(i, *CELERY_INTERVALS) for i in range(max_retries))
+    retries, waited = 0, 0.0
+    while waited < budget:
+        waited += _interval(retries, RETRY_START, RETRY_STEP, RETRY_MAX)
+        retries += 1
+    return max(retries, max_retries)
 
 
 def shape_problem() -> str:
@@ -70,6 +95,10 @@ class QuickReconnectConsumer(Consumer):
             kwargs.setdefault("interval_start", RETRY_START)
             kwargs.setdefault("interval_step", RETRY_STEP)
             kwargs.setdefault("interval_max", RETRY_MAX)
+            if len(args) > 1:  # Celery passes (errback, broker_connection_max_retries)
+                args = (args[0], quick_retries(args[1]), *args[2:])
+            elif "max_retries" in kwargs:
+                kwargs["max_retries"] = quick_retries(kwargs["max_retries"])
             return original(*args, **kwargs)
 
         conn.ensure_connection = ensure_connection

@@ -23,6 +23,7 @@ from celery_ha.integration.core.services import Services
 from celery_ha.integration.core.task_spec import is_durable
 from celery_ha.integration.core.tracing import task_event
 from celery_ha.integration.dispatch.pump import pump_quietly, resend_waiting
+from celery_ha.integration.patches.timeout_pid import timed_out_child
 from celery_ha.state.worker_registry import running_by_worker, split_worker
 
 log = logging.getLogger(__name__)
@@ -34,23 +35,24 @@ def holder_is_dead_here(rt: Services, holder: str) -> bool:
     return node == rt.node and pid is not None and pid != os.getpid() and not pid_alive(pid)
 
 
-def holder_is_child_here(rt: Services, holder: str) -> bool:
-    """Whether ``holder`` (``node:pid``) is another process of this node, dead or alive."""
+def holder_is_child(rt: Services, holder: str, child: int) -> bool:
+    """Whether ``holder`` (``node:pid``) is the pool process ``child`` of this node, dead or alive."""
     node, pid = split_worker(holder)
-    return node == rt.node and pid is not None and pid != os.getpid()
+    return node == rt.node and pid == child and pid != os.getpid()
 
 
 def release_dead_holder(rt: Services, task_id: str, count_stall: bool, reason: str,
-                        dying: bool = False) -> str | None:
-    """Release ``task_id`` if its lease is held by a dead process of this node (``dying``: or by one
-    about to be killed, still alive); returns the state."""
+                        dying: int | None = None) -> str | None:
+    """Release ``task_id`` if its lease is held by a dead process of this node (``dying``: or by that
+    pool process, about to be killed, still alive); returns the state."""
     try:
         info = rt.queue.get(task_id)
     except Exception:
         return None
     if info.state != "running" or not info.worker:
         return None
-    if not (holder_is_child_here(rt, info.worker) if dying else holder_is_dead_here(rt, info.worker)):
+    if not (holder_is_child(rt, info.worker, dying) if dying is not None
+            else holder_is_dead_here(rt, info.worker)):
         return None
     state = rt.queue.release(task_id, token=info.token, worker=info.worker, count_stall=count_stall,
                              reason=reason)
@@ -81,10 +83,13 @@ def on_child_lost(rt: Services, app: Any, celery_task: Any, exception: BaseExcep
     ids = [str(a) for a in args]  # one id, or the ids of a batch (CELERY_HA_BATCH)
     timed_out = isinstance(exception, TimeLimitExceeded)
     reason = ("hard time limit exceeded" if timed_out else f"pool child died: {type(exception).__name__}")
+    # Only the leases of the process being killed: another id of a batch may be running in a sibling
+    # (a message of it re-sent while it waited), alive and holding its lease.
+    dying = timed_out_child() if timed_out else None
     try:
         released = False
-        for durable_id in ids:
-            state = release_dead_holder(rt, durable_id, count_stall=True, reason=reason, dying=timed_out)
+        for durable_id in [] if timed_out and dying is None else ids:  # unknown process: leases expire
+            state = release_dead_holder(rt, durable_id, count_stall=True, reason=reason, dying=dying)
             if state is not None:
                 released = True
                 log.warning("fast failover: task %s released (%s): %s", durable_id, state, reason)

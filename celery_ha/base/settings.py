@@ -109,6 +109,7 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "host_delay": ("CELERY_HA_HOST_DELAY", parse.number(float, 0, 86400)),
     "host_concurrency": ("CELERY_HA_HOST_CONCURRENCY", parse.number(int, 0, 1_000_000)),
     "host_crawl_delay_max": ("CELERY_HA_HOST_CRAWL_DELAY_MAX", parse.number(float, 0, 86400)),
+    "robots_ttl": ("CELERY_HA_ROBOTS_TTL", parse.number(float, 1, 86400)),
     "url_keep_fragments": ("CELERY_HA_URL_KEEP_FRAGMENTS", parse.flag),
     "url_strip_params": ("CELERY_HA_URL_STRIP_PARAMS", parse.strip_params),
     "validators_max": ("CELERY_HA_VALIDATORS_MAX", parse.number(int, 0, 1_000_000_000)),
@@ -189,6 +190,9 @@ class Settings:
     host_delay: float = 0.0  # CELERY_HA_HOST_DELAY, seconds between two tasks of one host (default)
     host_concurrency: int = 0  # CELERY_HA_HOST_CONCURRENCY: tasks of one host at once (0 = no limit)
     host_crawl_delay_max: float = 30.0  # CELERY_HA_HOST_CRAWL_DELAY_MAX: cap of a robots Crawl-delay
+    # CELERY_HA_ROBOTS_TTL, seconds a site's robots.txt is trusted, fleet-wide (at most a day, RFC 9309
+    # §2.4); an unreachable one (5xx, no answer) is held min(60 s, this) before it is asked again
+    robots_ttl: float = 3600.0
     # URL canonicalisation for dedup (base/urls.py), the same in every process of a namespace (the
     # state layer records non-default rules in Redis and refuses a process that differs).
     # CELERY_HA_URL_KEEP_FRAGMENTS: '#fragment' is part of the URL (default: dropped)

@@ -29,12 +29,14 @@ from requests.adapters import HTTPAdapter
 from celery_ha.base.errors import InvalidInput, NoProxyAvailable
 from celery_ha.base.hosts import host_of_url
 from celery_ha.base.masking import mask_url
-from celery_ha.fetch.body_deadline import read_body_by, within
+from celery_ha.fetch.body_deadline import within
+from celery_ha.fetch.body_limit import read_at_most
 from celery_ha.fetch.classify import CAPTCHA_MARKERS, classify, retry_after_seconds
 from celery_ha.fetch.errors import FetchError, HostNotReady, PermanentFetchError, RobotsDisallowed
 from celery_ha.fetch.headers import USER_AGENTS, browser_headers
 from celery_ha.fetch.host_pacing import HostPacer, host_busy, wait_for_turn
-from celery_ha.fetch.robots import RobotsCache
+from celery_ha.fetch.robots import RobotsCache, RobotsUnreachable, SharedRobots
+from celery_ha.fetch.robots_file import ROBOTS_MAX_BYTES
 from celery_ha.proxy import ProxyLease, ProxyPool
 
 __all__ = [
@@ -97,6 +99,7 @@ class Fetcher:
         obey_robots: bool = True,
         robots_agent: str = "*",
         robots_ttl: float = 3600.0,
+        robots_store: SharedRobots | None = None,
         politeness: tuple[float, float] | Mapping[str, tuple[float, float]] = (0.0, 0.0),
         direct_when_empty: bool = False,
         user_agents: Sequence[str] = USER_AGENTS,
@@ -117,7 +120,7 @@ class Fetcher:
         self.max_wait = max_wait
         self.timeout = timeout
         self.obey_robots = obey_robots
-        self.robots = RobotsCache(self._fetch_robots, robots_agent, robots_ttl)
+        self.robots = RobotsCache(self._fetch_robots, robots_agent, robots_ttl, robots_store)
         self._robots_gate = threading.local()  # the gate of the fetch that may load robots.txt now
         self.politeness = politeness
         self.direct_when_empty = direct_when_empty
@@ -166,14 +169,22 @@ class Fetcher:
         the proxy pool (the host's budget or every proxy's window spent) defers the host to the
         refusal's retry time, and a 429/503 (robots.txt's too) blocks it (until its Retry-After, else
         with a doubling backoff); both then raise HostNotReady, and the task is handed back uncounted.
+        An unreachable robots.txt (5xx, no answer: ``robots.py``) raises RobotsUnreachable (retryable);
+        with ``gate`` the host is deferred for as long as that answer is held, and HostNotReady.
         """
         domain = _domain_of(url)
-        self._robots_gate.gate = gate  # robots.txt, if it is fetched now, is a request to the host too
+        # robots.txt, if it is fetched now, is a request to the host too
+        self._robots_gate.gate, self._robots_gate.domain = gate, domain
         try:
             if self.obey_robots and not self.robots.allowed(url, domain):
                 raise RobotsDisallowed(f"robots.txt disallows {mask_url(url)}", url=url)
             if gate is not None and self.obey_robots:
                 self._store_crawl_delay(gate, url, domain, crawl_delay_cap)
+        except RobotsUnreachable as exc:  # 5xx / no answer: with a gate the host waits, uncounted
+            if gate is None:
+                raise
+            gate.defer(domain, exc.retry_after)
+            raise HostNotReady(str(exc), host=domain, retry_after=exc.retry_after) from None
         finally:
             self._robots_gate.gate = None
         return self._fetch(url, domain, method, kw, robots=False, gate=gate)
@@ -214,7 +225,7 @@ class Fetcher:
             response: requests.Response | None = None
             error: BaseException | None = None
             try:
-                response = self._send(method, url, lease, kw)
+                response = self._send(method, url, lease, kw, ROBOTS_MAX_BYTES if robots else None)
             except (
                 requests.exceptions.InvalidURL,
                 requests.exceptions.MissingSchema,
@@ -267,16 +278,21 @@ class Fetcher:
         )
 
     def _send(
-        self, method: str, url: str, lease: ProxyLease | None, kw: Mapping[str, Any]
+        self, method: str, url: str, lease: ProxyLease | None, kw: Mapping[str, Any], limit: int | None = None
     ) -> requests.Response:
-        """One request, through ``lease`` (or direct), with browser headers and a timeout inside the lease."""
+        """One request, through ``lease`` (or direct), with browser headers and a timeout inside the lease;
+        ``limit``: read at most that many bytes of the body (robots.txt), the rest is never read."""
         options = dict(kw)
         options.pop("stream", None)  # the body is read before the proxy goes back (latency, captcha check)
         headers = browser_headers(self.user_agents)
         headers.update(options.pop("headers", None) or {})
         timeout = options.pop("timeout", self.timeout)
         if lease is None:
-            return self.session.request(method, url, headers=headers, timeout=timeout, proxies={}, **options)
+            response = self.session.request(method, url, headers=headers, timeout=timeout, proxies={},
+                                            stream=limit is not None, **options)
+            if limit is not None:
+                read_at_most(response, limit)
+            return response
         # Never outlive the lease: once the lock expires another worker may use this proxy × domain.
         # The connect and the answer's head fit the budget together; the body is read by its end
         # (a per-read timeout alone lets a trickling body run on for ever).
@@ -284,7 +300,7 @@ class Fetcher:
         deadline = time.monotonic() + budget
         response = self.session.request(method, url, headers=headers, timeout=within(timeout, budget),
                                         proxies=lease.proxies, stream=True, **options)
-        read_body_by(response, deadline)
+        read_at_most(response, limit, deadline)  # the whole body when limit is None
         return response
 
     def _borrow(
@@ -394,7 +410,9 @@ class Fetcher:
 
     def _fetch_robots(self, robots_url: str, domain: str) -> requests.Response:
         """robots.txt goes through the rotation loop (and the pool), so it counts against the site's
-        limits, and through the gate of the fetch that needs it (spaced like a page, a 429/503 blocks
-        the host); a block or a missing file is returned as an answer for the cache to read."""
-        gate = getattr(self._robots_gate, "gate", None)
-        return self._fetch(robots_url, domain, "GET", {}, robots=True, gate=gate)
+        limits, and through the gate of the fetch that needs it when it is on that fetch's host
+        (spaced like a page, a 429/503 blocks the host); a block, a missing file or a redirect (the
+        cache follows it) is returned as an answer for the cache to read."""
+        local = self._robots_gate
+        gate = getattr(local, "gate", None) if getattr(local, "domain", None) == domain else None
+        return self._fetch(robots_url, domain, "GET", {"allow_redirects": False}, robots=True, gate=gate)

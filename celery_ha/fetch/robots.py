@@ -1,78 +1,231 @@
-"""robots.txt, fetched once per site and kept for a while, so obeying it costs one request per site.
+"""robots.txt, fetched once per site and TTL for the whole fleet, read as RFC 9309 says.
 
-The file is fetched through the same rotation loop as pages (through the pool, so it counts against the
-site's rate limits); the cache only decides when to fetch it and how to read the answer.
+The file is fetched through the same rotation loop as pages (through the pool and the host gate, so
+it counts against the site's limits); this module decides when to fetch it and how to read the
+answer:
+
+* 2xx: the rules, parsed from at most ``ROBOTS_MAX_BYTES`` (512 KiB; RFC 9309 §2.5 asks for at
+  least 500 KiB); a file cut there loses its unfinished last line, never a rule's tail;
+* 3xx: followed, up to five hops (§2.3.1.2), then read as "no file";
+* 401/403: everything forbidden (this crawler's choice, kept from earlier releases);
+* any other 4xx, or no file: no rules, everything allowed (§2.3.1.3);
+* 5xx, or every try failed in transport: *unreachable* (§2.3.1.4: complete disallow, for now). The
+  page is not fetched: :class:`RobotsUnreachable` is a retryable FetchError (an ungated task's
+  attempt fails and is retried with the queue's backoff; for a gated one the fetcher defers the host
+  and hands the task back uncounted, ``fetcher.py``), and the answer is held only
+  ``min(UNREACHABLE_HOLD, ttl)`` so the site is asked again soon. A 429/503 of a gated fetch blocks
+  the host through the gate (HostNotReady) before it gets here.
+
+With a :class:`celery_ha.state.robots_store.RobotsStore` (every worker process has one) the answer
+lives in Redis for ``ttl`` seconds, shared by the fleet: a miss takes a short fetch lock, so one
+process fetches while the others poll the key (``SHARED_WAIT`` at most, then fetch themselves
+rather than stall). Each process keeps its parsed copy for at most ``LOCAL_HOLD`` seconds (or what
+the Redis copy has left), so a page costs no Redis read. Without a store (plain library use) the
+cache is per process, as before.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 from urllib import robotparser
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import requests
 
-from celery_ha.fetch.errors import PermanentFetchError
+from celery_ha.base.errors import InvalidInput
+from celery_ha.base.hosts import host_of_url
+from celery_ha.fetch.errors import FetchError, PermanentFetchError
+from celery_ha.fetch.robots_file import ALLOW, DENY, RULES, UNREACHABLE, RobotsFile
 
-#: Fetches ``robots_url`` for ``domain``; a missing file may raise PermanentFetchError.
+log = logging.getLogger(__name__)
+
+#: Fetches ``robots_url`` for ``domain`` (without following redirects); may raise FetchError.
 RobotsFetch = Callable[[str, str], requests.Response]
+
+#: Redirects followed before the file is read as absent (RFC 9309 §2.3.1.2: at least five).
+MAX_REDIRECTS = 5
+#: Seconds an unreachable answer (5xx, transport) is held before the site is asked again.
+UNREACHABLE_HOLD = 60.0
+#: Seconds a process trusts its parsed copy of a shared answer before it reads Redis again.
+LOCAL_HOLD = 60.0
+#: Seconds a process waits for another's fetch of the same file before it fetches it itself.
+SHARED_WAIT = 5.0
+#: Seconds between two looks at the key while another process fetches.
+POLL_INTERVAL = 0.1
+#: Seconds the fetch lock lives (it is freed at once after the fetch; this bounds a dead holder's).
+LOCK_SECONDS = 30.0
+#: Origins a process keeps parsed at most (expired ones are dropped first, then the oldest).
+LOCAL_MAX = 10_000
+#: FetchError outcomes that mean the site was tried and did not answer usably.
+_TRIED = ("server", "transport", "blocked")
+
+
+class RobotsUnreachable(FetchError):
+    """robots.txt of the page's site answered 5xx or not at all: the page is not fetched now
+    (RFC 9309 §2.3.1.4); retryable, after ``retry_after`` seconds (what the answer is still held)."""
+
+
+class SharedRobots(Protocol):
+    """Where the fleet's answers live (``celery_ha.state.robots_store.RobotsStore`` is one)."""
+
+    def read(self, origin: str) -> tuple[str, float] | None: ...
+
+    def write(self, origin: str, value: str, seconds: float) -> None: ...
+
+    def lock(self, origin: str, seconds: float) -> str | None: ...
+
+    def unlock(self, origin: str, token: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    until: float  # time.monotonic() after which the copy is read again
+    robots: RobotsFile
+    parser: robotparser.RobotFileParser
 
 
 class RobotsCache:
-    """Parsed robots.txt per ``scheme://domain``, refreshed after ``ttl`` seconds. Thread-safe.
+    """Parsed robots.txt per ``scheme://host[:port]``, trusted ``ttl`` seconds. Thread-safe.
 
-    Two threads that miss at once may both fetch the file; the later answer wins. That is cheaper than
-    holding a lock across a network request.
+    Without ``store``, two threads of a process that miss at once may both fetch the file (the later
+    answer wins: cheaper than holding a lock across a network request). With ``store`` the fleet
+    shares one fetch per origin and TTL (see the module's docstring).
     """
 
-    def __init__(self, fetch: RobotsFetch, agent: str = "*", ttl: float = 3600.0) -> None:
+    def __init__(self, fetch: RobotsFetch, agent: str = "*", ttl: float = 3600.0,
+                 store: SharedRobots | None = None, *, sleep: Callable[[float], None] = time.sleep) -> None:
         self.agent = agent
         self.ttl = ttl
+        self.store = store
         self._fetch = fetch
-        self._parsers: dict[str, tuple[float, robotparser.RobotFileParser]] = {}
+        self._sleep = sleep
+        self._parsed: dict[str, _Parsed] = {}
         self._lock = threading.Lock()
 
     def allowed(self, url: str, domain: str) -> bool:
-        """Whether robots.txt of ``url``'s site lets our agent fetch ``url``."""
-        parts = urlsplit(url)
-        base = f"{parts.scheme}://{domain}"
-        now = time.monotonic()
-        with self._lock:
-            cached = self._parsers.get(base)
-        if cached is None or cached[0] < now:
-            host = parts.netloc.rsplit("@", 1)[-1]  # never send a URL's credentials to robots.txt
-            parser = self._load(urlunsplit((parts.scheme, host, "/robots.txt", "", "")), domain)
-            cached = (now + self.ttl, parser)
-            with self._lock:
-                self._parsers[base] = cached
-        return cached[1].can_fetch(self.agent, url)
+        """Whether robots.txt of ``url``'s site lets our agent fetch ``url``; RobotsUnreachable when
+        the file could not be read (5xx, transport) and the page must wait."""
+        return self._get(url, domain).parser.can_fetch(self.agent, url)
 
     def crawl_delay(self, url: str, domain: str) -> float | None:
         """robots.txt's ``Crawl-delay`` for our agent on ``url``'s site (None when it sets none); the
         file is loaded as :meth:`allowed` loads it."""
-        self.allowed(url, domain)  # loads (or reuses) the cached file
-        with self._lock:
-            cached = self._parsers.get(f"{urlsplit(url).scheme}://{domain}")
-        if cached is None:
-            return None
-        delay = cached[1].crawl_delay(self.agent)
+        delay = self._get(url, domain).parser.crawl_delay(self.agent)
         return float(delay) if delay is not None else None
 
-    def _load(self, robots_url: str, domain: str) -> robotparser.RobotFileParser:
-        """Fetch and parse robots.txt: missing (4xx) allows everything, 401/403 forbids everything."""
-        parser = robotparser.RobotFileParser(robots_url)
-        try:
-            response = self._fetch(robots_url, domain)
-        except PermanentFetchError:
-            parser.allow_all = True  # no robots.txt: everything allowed
-            return parser
-        if response.status_code in (401, 403):
-            parser.disallow_all = True
-        elif response.status_code >= 400:
-            parser.allow_all = True
-        else:
-            parser.parse(response.text.splitlines())
-        parser.modified()
-        return parser
+    def hold(self, robots: RobotsFile) -> float:
+        """Seconds an answer is trusted: the TTL, or the short hold of an unreachable one."""
+        return min(UNREACHABLE_HOLD, self.ttl) if robots.verdict == UNREACHABLE else self.ttl
+
+    # ------------------------------------------------------------------ the copies
+    def _get(self, url: str, domain: str) -> _Parsed:
+        parts = urlsplit(url)
+        origin = f"{parts.scheme}://{domain}"
+        now = time.monotonic()
+        with self._lock:
+            parsed = self._parsed.get(origin)
+        if parsed is None or parsed.until <= now:
+            host = parts.netloc.rsplit("@", 1)[-1]  # never send a URL's credentials to robots.txt
+            robots_url = urlunsplit((parts.scheme, host, "/robots.txt", "", ""))
+            if self.store is None:
+                robots = self._read(robots_url, domain)
+                left = self.hold(robots)
+            else:
+                robots, left = self._shared(origin, robots_url, domain)
+                left = min(LOCAL_HOLD, left)
+            keep = parsed if parsed is not None and parsed.robots.same(robots) else None
+            parsed = _Parsed(time.monotonic() + left, robots,
+                             keep.parser if keep is not None else robots.parser(robots_url))
+            self._keep(origin, parsed)
+        if parsed.robots.verdict == UNREACHABLE:
+            wait = max(0.0, parsed.until - time.monotonic())
+            raise RobotsUnreachable(
+                f"robots.txt of {origin} is unreachable ({parsed.robots.reason}); its pages wait "
+                f"{wait:.0f}s", url=url, outcome="robots", status=parsed.robots.status,
+                retry_after=wait)
+        return parsed
+
+    def _keep(self, origin: str, parsed: _Parsed) -> None:
+        with self._lock:
+            if len(self._parsed) >= LOCAL_MAX and origin not in self._parsed:
+                now = time.monotonic()
+                for stale in [o for o, p in self._parsed.items() if p.until <= now]:
+                    del self._parsed[stale]
+                while len(self._parsed) >= LOCAL_MAX:
+                    del self._parsed[next(iter(self._parsed))]  # the oldest stored
+            self._parsed[origin] = parsed
+
+    def _shared(self, origin: str, robots_url: str, domain: str) -> tuple[RobotsFile, float]:
+        """The fleet's answer for ``origin`` and the seconds it has left: read from the store, or
+        fetched by this process under the fetch lock (or after ``SHARED_WAIT`` without it)."""
+        assert self.store is not None
+        deadline = time.monotonic() + SHARED_WAIT
+        while True:
+            found = self._stored(origin)
+            if found is not None:
+                return found
+            token = self.store.lock(origin, LOCK_SECONDS)
+            if token is not None or time.monotonic() >= deadline:
+                try:
+                    found = self._stored(origin) if token is not None else None  # written meanwhile
+                    if found is not None:
+                        return found
+                    if token is None:
+                        log.warning("robots.txt of %s: another process's fetch took over %.0fs; fetching "
+                                    "it here too", origin, SHARED_WAIT)
+                    robots = self._read(robots_url, domain)
+                    left = self.hold(robots)
+                    self.store.write(origin, robots.encode(), left)
+                    log.info("robots.txt of %s fetched for the fleet: %s (%s), kept %.0fs", origin,
+                             robots.verdict, robots.reason, left)
+                    return robots, left
+                finally:
+                    if token is not None:
+                        self.store.unlock(origin, token)
+            self._sleep(POLL_INTERVAL)
+
+    def _stored(self, origin: str) -> tuple[RobotsFile, float] | None:
+        assert self.store is not None
+        found = self.store.read(origin)
+        if found is None:
+            return None
+        robots = RobotsFile.decode(found[0])
+        return None if robots is None or found[1] <= 0 else (robots, found[1])
+
+    # ------------------------------------------------------------------ the fetch
+    def _read(self, robots_url: str, domain: str) -> RobotsFile:
+        """Fetch robots.txt (following up to MAX_REDIRECTS redirects) and read the answer."""
+        url, hop_domain = robots_url, domain
+        status: int | None = None
+        for hop in range(MAX_REDIRECTS + 1):
+            try:
+                response = self._fetch(url, hop_domain)
+            except PermanentFetchError as exc:
+                return RobotsFile.of(ALLOW, exc.status)  # no robots.txt
+            except InvalidInput:
+                if not hop:
+                    raise
+                return RobotsFile.of(ALLOW, status)  # redirected to an unusable URL: no file
+            except FetchError as exc:
+                if exc.outcome not in _TRIED:
+                    raise  # nothing reached the site (no proxy in time): nothing learned
+                return RobotsFile.of(UNREACHABLE, exc.status)
+            status = response.status_code
+            location = response.headers.get("Location")
+            if not (300 <= status < 400 and location):
+                return RobotsFile.from_answer(status, response.content)
+            response.close()
+            url = urljoin(url, location)
+            if urlsplit(url).scheme not in ("http", "https"):
+                return RobotsFile.of(ALLOW, status)  # redirected off http(s): no file
+            hop_domain = host_of_url(url)
+        return RobotsFile.of(ALLOW, status)  # more than MAX_REDIRECTS redirects: no file
+
+
+__all__ = ["ALLOW", "DENY", "MAX_REDIRECTS", "RULES", "UNREACHABLE", "RobotsCache", "RobotsFetch",
+           "RobotsFile", "RobotsUnreachable", "SharedRobots"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from celery_ha.fetch.errors import HostNotReady
 
@@ -25,6 +25,11 @@ MAX_REQUEST_WAIT = 10.0
 #: Turns of asking, sleeping and asking again before the task is handed back: each turn lost went to
 #: another request of the host, and there are at most as many as the host has tasks running.
 MAX_REQUEST_TURNS = 20
+#: Seconds added to a request's in-flight bound for the moments between the gate's stamp and the
+#: request leaving (a process descheduled in between): the bound errs long.
+IN_FLIGHT_SLACK = 1.0
+#: What a timeout of None (wait for ever) counts as in an in-flight bound.
+UNBOUNDED_WAIT = 600.0
 
 
 class HostPacer(Protocol):
@@ -43,6 +48,26 @@ class HostPacer(Protocol):
     def backoff(self, host: str, reason: str) -> float | None: ...
 
     def set_crawl_delay(self, host: str, seconds: float | None, cap: float = 30.0) -> float: ...
+
+
+def answer_wait(timeout: float | tuple[float | None, float | None] | None) -> float:
+    """The longest a request under requests' ``timeout`` waits for its answer's head: connect + read."""
+    connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+    return sum(UNBOUNDED_WAIT if t is None else float(t) for t in (connect, read))
+
+
+def in_flight_bound(timeouts: list[Any], borrow_wait: float = 0.0, proxy_lease: float = 0.0) -> float:
+    """Seconds from the gate's stamp after which a request the fetcher sends is over as far as its
+    client waits: what the gate keeps a host's slot held for when the task's holder dies with the
+    request unreported (the site may still be answering it; it cannot know the client is gone).
+
+    ``timeouts``: the request timeouts the fetch may use (requests' form; the longest counts);
+    ``borrow_wait``: how long the fetcher may wait for a proxy between the stamp and the send (its
+    ``max_wait`` with a pool); ``proxy_lease``: a proxied request is cut, body included, within its
+    proxy lease (``lock_ttl``). A direct fetch's body is read under per-read timeouts only: a site
+    that trickles one may still be sending it past the bound."""
+    longest = max((answer_wait(t) for t in timeouts), default=0.0)
+    return borrow_wait + max(longest, proxy_lease) + IN_FLIGHT_SLACK
 
 
 def wait_for_turn(gate: HostPacer, host: str, deadline: float, sleep: Callable[[float], None]) -> None:

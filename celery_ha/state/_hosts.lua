@@ -20,7 +20,12 @@
                ne (next eligible, ms), bu (blocked until, ms), bl (backoff level), br (block
                reason), lb (last block, ms), ls (last start, ms: a claim or a request), rs (the last
                request's start or answer, ms: host_block.lua's 'request' spaces requests from it),
-               lr (serve order); counters done, dead
+               lr (serve order); counters done, dead; requests in flight and held slots (only under a
+               concurrency limit): f:<id> ('<token>:<until ms>': task <id>'s request, let go under
+               that lease by host_block.lua's 'request', may be in flight until then; its answer or
+               'unsent' drops it), x:<id>:<token> ('<until ms>': the task ended, released or
+               reclaimed, with such a request unreported, so the site may still be answering it: the
+               slot stays taken until then), xu (the latest x: until: none is live after it)
     hosts      set: every host that ever queued a task or got a setting (the listing reads it)
     hl:<band>:<host>  list: the host's queued ids of one band (band = 1000 - priority), oldest
                first; new work goes to the back, reclaimed work to the front. A list entry costs ~14 B
@@ -33,7 +38,7 @@
                first within a band, while hcfg's lq says some are left; nothing writes it any more
   Defines: host_load, host_interval, host_due, host_place, host_refile, host_batch, host_add,
     host_flush, host_push, host_out, host_claimed, host_end, host_dead, hosts_refile, hosts_due,
-    host_pop.
+    host_pop, host_sweep, host_over.
 ]]
 
 local K_HCFG, K_HREADY, K_HWAIT, K_HOSTS
@@ -164,19 +169,42 @@ local function host_interval(hs)
   return math.max(hnum(hs, 'iv', 0), hnum(hs, 'dl', 0), n0(hs.cd))
 end
 
+-- The host's held slots live now (x: fields, see the header): how many, and the earliest end.
+local function held_slots(hs, now)
+  local n, first = 0, nil
+  if n0(hs.xu) <= now then return 0, nil end -- none live: no field to look at
+  for f, v in pairs(hs) do
+    if string.sub(f, 1, 2) == 'x:' then
+      local t = n0(v)
+      if t > now then
+        n = n + 1
+        if not first or t < first then first = t end
+      end
+    end
+  end
+  return n, first
+end
+
 -- When the host may hand out its next task: 0 now, a time (ms), or SLOT (after an event).
 local function host_due(hs, now)
   local bg = hnum(hs, 'bg', -1)
   if bg >= 0 and n0(hs.u) >= bg then return SLOT end
   local cc = hnum(hs, 'cc', 0)
-  if cc > 0 and n0(hs.a) >= cc then return SLOT end
+  local held = 0
+  if cc > 0 then
+    if n0(hs.a) >= cc then return SLOT end
+    -- A slot held for a request an ended task may still have in flight counts until its end: the
+    -- host is due again when the first ends (then looked at again).
+    local n, first = held_slots(hs, now)
+    if n > 0 and n0(hs.a) + n >= cc then held = first end
+  end
   -- A paced host has at most one unclaimed message: its next hand-out is timed from that claim, so
   -- the starts a site sees are spaced however long a message waits in the broker.
   local iv = host_interval(hs)
   if n0(hs.d) > 0 and iv > 0 then return SLOT end
   -- Timed from the last start too, so a spacing learnt after it (a Crawl-delay read by that very
   -- task, a new rate) already counts for the next one.
-  local t = math.max(n0(hs.ne), n0(hs.bu), iv > 0 and n0(hs.ls) + iv or 0)
+  local t = math.max(n0(hs.ne), n0(hs.bu), iv > 0 and n0(hs.ls) + iv or 0, held)
   if t > now then return t end
   return 0
 end
@@ -306,11 +334,65 @@ local function host_claimed(h, now, hs)
   if iv > 0 then host_place(h, hs, now) else host_refile(h, hs, now) end
 end
 
+-- Drop the host's in-flight marks and held slots whose time is over (f: and x: fields, see the
+-- header), from Redis and from hs; xu goes with the last held slot.
+local function host_sweep(h, hs, now)
+  local gone = {}
+  for f, v in pairs(hs) do
+    local head = string.sub(f, 1, 2)
+    if (head == 'x:' and n0(v) <= now)
+        or (head == 'f:' and n0(string.match(v, ':(%d+)$')) <= now) then
+      gone[#gone + 1] = f
+    end
+  end
+  if hs.xu and n0(hs.xu) <= now then gone[#gone + 1] = 'xu' end
+  for _, f in ipairs(gone) do hs[f] = nil end
+  if #gone > 0 then redis.call('HDEL', hkey(h), unpack(gone)) end
+end
+
+-- The request task `id` let go under lease `token` is over (answered, failed, or never sent): its
+-- in-flight mark goes, and so does a slot held for it (its lease ended meanwhile: a woken zombie
+-- whose request got its answer after all). Returns whether a held slot went (the host's due time may
+-- be earlier now).
+local function host_over(h, hs, id, token)
+  local gone, freed = {}, false
+  local mark = hs['f:' .. id]
+  if mark and string.match(mark, '^(%d+):') == token then gone[1] = 'f:' .. id end
+  local held = 'x:' .. id .. ':' .. token
+  if hs[held] then
+    gone[#gone + 1], freed = held, true
+  end
+  for _, f in ipairs(gone) do hs[f] = nil end
+  if #gone > 0 then redis.call('HDEL', hkey(h), unpack(gone)) end
+  return freed
+end
+
+-- A task of host h ends under lease `token` with a request it let go never reported over (its f:
+-- mark): the site may still be answering it (its holder was killed mid-request, or stopped past its
+-- lease), so the slot is held until the request's in-flight bound (x:<id>:<token>), for the HSET of
+-- the caller (`fields`, the field-value list it writes); the mark goes.
+local function host_hold(h, hs, id, token, now, fields)
+  local key = 'f:' .. id
+  local mark = hs[key]
+  if not mark then return end
+  redis.call('HDEL', hkey(h), key)
+  hs[key] = nil
+  local k, untl = string.match(mark, '^(%d+):(%d+)$')
+  if k ~= token or n0(untl) <= now then return end
+  local held = 'x:' .. id .. ':' .. k
+  hs[held] = untl
+  hs.xu = string.format('%.0f', math.max(n0(hs.xu), n0(untl)))
+  local n = #fields
+  fields[n + 1], fields[n + 2], fields[n + 3], fields[n + 4] = held, untl, 'xu', hs.xu
+end
+
 -- A task of host h stops holding one of its slots (it was running, or dispatched when `dispatched`):
 -- completed (`done`), failed, handed back, reclaimed or cancelled. The host may be eligible again.
 -- `unused`: a dispatched task goes back to its queue unstarted (grant: its host was blocked since),
--- so its hand-out is given back to the budget too: it is counted when it goes out again.
-local function host_end(h, now, done, dispatched, unused)
+-- so its hand-out is given back to the budget too: it is counted when it goes out again. `id` and
+-- `token` (a release or a reclaim: its holder may have died mid-request): the task and its lease,
+-- whose request still unreported holds the slot until it can no longer be in flight (host_hold).
+local function host_end(h, now, done, dispatched, unused, id, token)
   local hs = host_load(h)
   local fields = {'a', tostring(math.max(0, n0(hs.a) - 1))}
   hs.a = fields[2]
@@ -327,6 +409,10 @@ local function host_end(h, now, done, dispatched, unused)
     hs.done = tostring(n0(hs.done) + 1)
     local n = #fields
     fields[n + 1], fields[n + 2] = 'done', hs.done
+  end
+  if id then
+    host_sweep(h, hs, now)
+    host_hold(h, hs, id, token, now, fields)
   end
   redis.call('HSET', hkey(h), unpack(fields))
   -- The active count matters to host_due only under a concurrency limit, the dispatched one only

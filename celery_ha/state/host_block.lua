@@ -18,12 +18,19 @@
     host's spacing counts from here, however long the task took to get to it), 'request' (a request
     to the host asks to go out now: it may when the host is not blocked and the host's spacing has
     passed since the last request's start or answer, rs; then it is stamped as 'start' stamps it,
-    else nothing is written and the reply says how long to wait)
+    and, with a task id and an in-flight bound under a concurrency limit, marked in flight until
+    now + the bound (h:<host> f:<id>, _hosts.lua), else nothing is written and the reply says how
+    long to wait), 'unsent' (the request a task's 'request' let go never went out: its mark goes,
+    nothing is stamped). 'start' and 'unsent' with a task id drop that task's mark under its token
+    (and a slot held for it since its lease ended: host_over), unfenced: a woken zombie's request is
+    over too.
   ARGV[4] ms: the block's length, the backoff's start, or the deferral
-  ARGV[5] reason (block, extend, backoff); for 'request': the asking task's id, or '' (none), whose
-    record is on this shard (a gated task is placed on its host's shard)
-  ARGV[6] for 'request' with a task id: its lease's fencing token
+  ARGV[5] reason (block, extend, backoff); for 'request', 'start' and 'unsent': the asking task's
+    id, or '' (none), whose record is on this shard (a gated task is placed on its host's shard)
+  ARGV[6] for 'request', 'start' and 'unsent' with a task id: its lease's fencing token
   ARGV[6] backoff: the cap (ms)
+  ARGV[7] for 'request' with a task id: the ms the request may be in flight at most, counted from
+    now (its wait for a proxy, its connect and its answer); '' or 0: no mark
   ARGV[7] backoff: forgiveness (ms without a block after which the level starts again)
   ARGV[8] backoff: jitter (a fraction)
   The gate's switch (hcfg 'on'): 'block' and 'unblock' (the operator's) switch it on; the others (the
@@ -71,6 +78,18 @@ elseif op == 'start' or op == 'request' then
   hs.ls = string.format('%.0f', math.max(n0(hs.ls), now))
   hs.rs = string.format('%.0f', math.max(n0(hs.rs), now))
   fields = {'ls', hs.ls, 'rs', hs.rs}
+  local bound = tonumber(ARGV[7]) or 0
+  if op == 'start' and ARGV[5] ~= '' then
+    host_over(h, hs, ARGV[5], ARGV[6])
+  elseif op == 'request' and ARGV[5] ~= '' and bound > 0 and hnum(hs, 'cc', 0) > 0 then
+    -- Under a concurrency limit, until its answer is reported the request may be in flight: should
+    -- its task end first (its holder killed, or stopped past its lease), the slot stays taken.
+    host_sweep(h, hs, now)
+    fields[5], fields[6] = 'f:' .. ARGV[5], ARGV[6] .. ':' .. string.format('%.0f', now + bound)
+  end
+elseif op == 'unsent' then
+  if ARGV[5] ~= '' and host_over(h, hs, ARGV[5], ARGV[6]) then host_place(h, hs, now) end
+  return hs.bu and tonumber(hs.bu) > now and tonumber(hs.bu) or 0
 elseif op == 'defer' then
   hs.ne = string.format('%.0f', math.max(n0(hs.ne), now + ms))
   fields = {'ne', hs.ne}

@@ -57,6 +57,7 @@ from celery_ha.base.errors import InvalidInput
 from celery_ha.base.hosts import check_host_key, check_key_mode, host_of_url, mode_key
 from celery_ha.base.validation import MAX_ERROR_CHARS, check_int, check_number, clean_message, parse_rate
 from celery_ha.state.host_queues import host_states_and_lengths
+from celery_ha.state.lease_gate import LeaseGate
 from celery_ha.state.records import Lease
 from celery_ha.state.replies import raise_for
 from celery_ha.state.shards import shard_of
@@ -253,35 +254,49 @@ class HostGate:
         """Lift the host's block and reset its backoff level."""
         self._block(host, "unblock")
 
-    def request(self, host: str, lease: Lease | None = None) -> float:
+    def fences(self, lease: Lease) -> bool:
+        """Whether asks for the task's own host check ``lease`` (a gated task is on its host's shard)."""
+        return bool(lease.task.host) and self._task_args(lease.task.host, lease)[0] != ""
+
+    def _task_args(self, key: str, lease: Lease | None) -> list[str]:
+        """The task id and token an op of host ``key`` names, if the task is on the host's shard."""
+        if lease is None or self.queue._of(lease.task_id) != self._shard(key):
+            return ["", ""]
+        return [lease.task_id, str(lease.token)]
+
+    def request(self, host: str, lease: Lease | None = None, in_flight: float = 0.0) -> float:
         """A request to the host asks to go out now: 0.0 when it may (stamped: the host's spacing
-        counts from here), else the seconds to wait (the host's block, or its spacing from the last
+        counts from here), else the seconds to wait (its block, or its spacing from the last
         request's start or answer), nothing written. The fetcher asks before every request of a task
-        on its own host, so the pause a site sees between two requests is at least the spacing,
-        whatever a task did between its claim and its request (a slow robots.txt, a retry, its second
-        page) and whichever worker sends the other. With the task's ``lease`` (its record on the
-        host's shard, as a gated task's is) the ask is fenced: LeaseLost when the task is no longer
-        the lease's (it ran again elsewhere), so a woken zombie sends nothing."""
+        on its own host, so the gap a site sees is at least the spacing, whatever a task did since its
+        claim (a slow robots.txt, a retry, its second page) and whichever worker sends the other.
+        With the task's ``lease`` (if :meth:`fences` it) the ask is fenced: LeaseLost when the task
+        is no longer the lease's, so a woken zombie sends nothing. ``in_flight``: the seconds the
+        request may be in flight at most; under a concurrency limit it is marked in flight until then
+        (or :meth:`finished`): a holder dying first leaves its slot held."""
         key = self.key(host)
-        shard = self._shard(key)
-        fence = lease is not None and self.queue._of(lease.task_id) == shard
-        reply = int(self.queue._run("host_block", key, "request", "0",
-                                    lease.task_id if fence else "", str(lease.token) if fence else "",
-                                    shard=shard))
+        task = self._task_args(key, lease)
+        bound = _ms(in_flight) if task[0] and in_flight > 0 else ""
+        reply = int(self.queue._run("host_block", key, "request", "0", *task, bound, shard=self._shard(key)))
         if reply < 0:
             raise_for(reply, lease.task_id, lease.token)  # type: ignore[union-attr]
         return reply / 1000.0
 
-    def for_lease(self, lease: Lease) -> LeaseGate:
-        """This gate as the fetches of the task under ``lease`` use it: their asks are fenced."""
-        return LeaseGate(self, lease)
+    def for_lease(self, lease: Lease, in_flight: float = 0.0) -> LeaseGate:
+        """This gate as one fetch of the task under ``lease`` uses it (see :class:`LeaseGate`)."""
+        return LeaseGate(self, lease, in_flight)
 
-    def finished(self, host: str) -> None:
-        """A request to the host got its answer (or failed) now: its spacing counts from here too.
-        The site saw the request somewhere between :meth:`request` and this, so only spacing from
-        the later stamp guarantees the gap the site sees (the proxy pool re-stamps its window hits
-        at release for the same reason; the price is one request's round trip per cycle)."""
-        self._block(host, "start")
+    def finished(self, host: str, lease: Lease | None = None) -> None:
+        """A request to the host got its answer (or failed) now: its spacing counts from here too (the
+        site saw it somewhere between :meth:`request` and this: only the later stamp guarantees the
+        gap; the price is one round trip per request). With its ``lease``, its in-flight mark goes."""
+        k = self.key(host)
+        self.queue._run("host_block", k, "start", "0", *self._task_args(k, lease), shard=self._shard(k))
+
+    def unsent(self, host: str, lease: Lease) -> None:
+        """The request let go for the task under ``lease`` never went out: its mark goes, unstamped."""
+        k = self.key(host)
+        self.queue._run("host_block", k, "unsent", "0", *self._task_args(k, lease), shard=self._shard(k))
 
     def defer(self, host: str, seconds: float) -> None:
         """Hand out none of the host's tasks for ``seconds`` (its next eligible time moves there, never
@@ -380,6 +395,7 @@ def _info(host: str, hs: dict[str, str], queued: int, defaults: dict[str, str], 
     budget = None if budget_raw is None or int(_num(budget_raw)) < 0 else int(_num(budget_raw))
     left = None if budget is None else max(0, budget - used)
     ne, bu = _num(hs.get("ne")), _num(hs.get("bu"))
+    held = sum(1 for f, v in hs.items() if f.startswith("x:") and _num(v) > now)  # as host_due()
     spacing = max(iv, dl, cd)
     if spacing > 0 and hs.get("ls"):
         ne = max(ne, _num(hs.get("ls")) + spacing)  # as host_due() in _hosts.lua
@@ -388,7 +404,7 @@ def _info(host: str, hs: dict[str, str], queued: int, defaults: dict[str, str], 
         state = "idle"
     elif blocked:
         state = "blocked"
-    elif left == 0 or (cc > 0 and active >= cc) or (dispatched and spacing > 0):
+    elif left == 0 or (cc > 0 and active + held >= cc) or (dispatched and spacing > 0):
         state = "full"
     elif ne > now:
         state = "waiting"
@@ -402,18 +418,3 @@ def _info(host: str, hs: dict[str, str], queued: int, defaults: dict[str, str], 
         next_eligible=ne / 1000.0 if ne > now else None, blocked_until=bu / 1000.0 if blocked else None,
         block_reason=(hs.get("br") or None) if blocked else None, backoff_level=int(_num(hs.get("bl"))),
         state=state)
-
-
-class LeaseGate:
-    """A :class:`HostGate` bound to one task's lease (``HostGate.for_lease``): what ``ctx.fetch``
-    hands the fetcher, so each request's ask also checks that the task is still the lease's."""
-
-    def __init__(self, gate: HostGate, lease: Lease) -> None:
-        self.gate, self.lease = gate, lease
-
-    def request(self, host: str) -> float:
-        return self.gate.request(host, self.lease)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.gate, name)  # the reports (finished, defer, block_until_retry, ...) as they are
-

@@ -47,7 +47,9 @@ for j = 1, #ids, 1000 do
       local id = ids[j + k - 1]
       local st, payload = decode(raws[k])
       if st.s == 'r' then
-        if st.h then host_end(st.h, now) end
+        -- Its holder may be stopped or gone mid-request: an unreported request holds the host's
+        -- slot until it can no longer be in flight (host_end's hold, under a concurrency limit).
+        if st.h then host_end(st.h, now, false, false, false, id, st.k) end
         if spared[id] then
           st.w = nil
           st.ut = fmt(now)

@@ -32,7 +32,9 @@ if ARGV[4] ~= '' and st.w ~= ARGV[4] then return R_OTHER_WORKER end
 local now = now_ms()
 local state
 redis.call('ZREM', K_RUNNING, id)
-if st.h then host_end(st.h, now) end
+-- A request the holder let go and never heard the end of (it was killed mid-request) holds the host's
+-- slot until it can no longer be in flight (host_end's hold, under a concurrency limit).
+if st.h then host_end(st.h, now, false, false, false, id, st.k) end
 local count = ARGV[5] == '1'
 if ARGV[5] == 'f' then
   st.f = tostring((tonumber(st.f) or 0) + 1)

@@ -18,19 +18,34 @@ from celery_ha.base.tracing import capture
 from celery_ha.base.urls import canonical_url
 from celery_ha.base.validation import MAX_ITEM_BYTES, check_item_key, dumps_capped
 from celery_ha.fetch.conditional import PageValidators
-from celery_ha.fetch.errors import NotModified
+from celery_ha.fetch.errors import FetchError, HostNotReady, NotModified
+from celery_ha.fetch.fetcher import Fetcher
+from celery_ha.fetch.host_pacing import in_flight_bound
 from celery_ha.fetch.process_fetcher import process_fetcher
 from celery_ha.integration.core.services import Services
 from celery_ha.integration.core.task_spec import DurableTask
 from celery_ha.integration.dispatch.script_push import push_refused
 from celery_ha.state import Dispatched, Lease, TaskInfo
+from celery_ha.state.lease_gate import LeaseGate
 from celery_ha.state.list_push import ListPush
+from celery_ha.state.records import TaskState
 from celery_ha.state.sink import item_key
 
 #: Buffered items are committed (without a checkpoint) once this many are pending.
 FLUSH_AT = 500
 #: Arguments of ``ctx.fetch`` with which a request of the own URL asks for another resource.
 REQUEST_CHANGING = ("params", "data", "json", "files")
+
+
+def _in_flight(fetcher: Fetcher, kwargs: dict[str, Any]) -> float:
+    """How long a request of this fetch may be in flight at most, from the gate's stamp: its timeout
+    (and the fetcher's, robots.txt's, when robots.txt may be read), and with a pool the wait for a
+    proxy and the proxy lease."""
+    pool = fetcher.pool
+    timeouts = [kwargs.get("timeout", fetcher.timeout)] + ([fetcher.timeout] if fetcher.obey_robots else [])
+    return in_flight_bound(timeouts,
+                           borrow_wait=fetcher.max_wait if pool is not None else 0.0,
+                           proxy_lease=pool.config.lock_ttl if pool is not None else 0.0)
 
 
 class DurableContext:
@@ -109,17 +124,34 @@ class DurableContext:
         A GET of the task's own URL is conditional (``conditional=False``: never; nor one given
         ``params``, ``data``, ``json`` or ``files``, which ask for another resource): it sends the
         ETag / Last-Modified of the task's previous run, and a 304 raises NotModified, which
-        completes the task as unchanged (``fetch/conditional.py``); ``ctx.changed`` tells."""
+        completes the task as unchanged (``fetch/conditional.py``); ``ctx.changed`` tells.
+
+        Every request is fenced by the task's lease: one to the task's own host by the gate's ask
+        (``LeaseGate``), any other by one read of the task's record first (:meth:`_fence`), so a
+        zombie woken after its task ran again elsewhere sends nothing (LeaseLost)."""
         self.check()
         rt = self._rt
         fetcher = process_fetcher(rt.client, rt.settings, rt.worker_name)
+        gate: LeaseGate | None = None
         if self._own_host(url):  # the host gate paces this task's host, each request fenced by the lease
-            kwargs.setdefault("gate", rt.queue.hosts.for_lease(self.lease))
+            gate = rt.queue.hosts.for_lease(self.lease, _in_flight(fetcher, kwargs))
+            kwargs.setdefault("gate", gate)
             kwargs.setdefault("crawl_delay_cap", rt.settings.host_crawl_delay_max)
+        if gate is None or kwargs["gate"] is not gate or not gate.fenced:
+            self._fence()
         asks_other = any(kwargs.get(k) for k in REQUEST_CHANGING)  # ?page=2 of the own URL: another page
         page = self._own_page(url) if conditional and method.upper() == "GET" and not asks_other else None
         sent = page.prepare(kwargs) if page is not None else False
-        response = fetcher.fetch(url, method, **kwargs)
+        try:
+            response = fetcher.fetch(url, method, **kwargs)
+        except (FetchError, HostNotReady, InvalidInput, LeaseLost):
+            # The fetcher's own refusals: every request it sent was reported over, so one let go and
+            # still open never went out (no proxy came, the pool refused). Anything else may have
+            # interrupted a request the site is still answering: its mark stays (a hand-back or a
+            # reclaim then holds the host's slot until the request can no longer be in flight).
+            if gate is not None:
+                gate.settle()
+            raise
         self.check()
         if page is not None:
             try:
@@ -169,6 +201,21 @@ class DurableContext:
         if self._page is None:
             self._page = PageValidators(queue, self.task_id, self._rt.settings.validators_max)
         return self._page
+
+    def _fence(self) -> None:
+        """Check the lease before a request no gate ask fences: one read of the task's record, whose
+        state and fencing token must still be this lease's (the check every fenced script makes,
+        ``fenced()`` in ``_common.lua``); else LeaseLost, and nothing is sent."""
+        info = self._rt.queue.get_many([self.task_id])[0]
+        if info is not None and info.state == TaskState.RUNNING and info.token == self.lease.token:
+            return
+        if info is None or info.state != TaskState.RUNNING:
+            why = "the task is gone" if info is None else f"the task is {info.state}"
+        else:
+            why = "a newer claim holds the task"
+        self.mark_lost(why)
+        raise LeaseLost(f"lease on task {self.task_id} (token {self.lease.token}) is lost: {why}; "
+                        "its request was not sent", reason=why)
 
     def _own_host(self, url: str) -> bool:
         """Whether ``url`` is on the host the gate queued this task under (a politeness refusal then

@@ -263,6 +263,10 @@ class Lease:
     #: The run's output verdict, handed to the completion for the refetch schedule: "" none, "="
     #: unchanged (a 304), else the signature of its output (``ctx.signature``).
     verdict: str = ""
+    #: ``time.monotonic()`` before which the lease is certainly still held: when its last grant or
+    #: renewal was sent, plus its length (Redis set the expiry from its own later "now"); 0: unknown.
+    #: Lets a caller skip a read of the record where it only guards against a lost lease.
+    held_until: float = 0.0
 
     @property
     def url(self) -> str:

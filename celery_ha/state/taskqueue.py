@@ -217,9 +217,12 @@ class TaskQueue(EnqueueOps, QueueReads, OperatorOps, CompletionOps, ScheduleOps)
         with its token and a fresh expiry instead of refused (it would otherwise sit until its lease
         expired, and count a stall). Never for a pool whose threads share one worker name."""
         task_id = _task_id(task_id)
-        reply = self._run("claim", task_id, _worker(worker), self._ttl_ms(ttl), "1" if adopt else "",
-                          shard=self._of(task_id))
-        return lease_from(reply, worker)
+        ttl_ms, sent = self._ttl_ms(ttl), time.monotonic()
+        lease = lease_from(self._run("claim", task_id, _worker(worker), ttl_ms, "1" if adopt else "",
+                                     shard=self._of(task_id)), worker)
+        if lease is not None:
+            lease.held_until = sent + ttl_ms / 1000.0
+        return lease
 
     def claim_next(self, worker: str, ttl: float | None = None, wait: float = 0.0) -> Lease | None:
         """Claim the best queued task (highest priority, then FIFO); standalone mode, no Celery.
@@ -249,10 +252,12 @@ class TaskQueue(EnqueueOps, QueueReads, OperatorOps, CompletionOps, ScheduleOps)
     def renew(self, lease: Lease, ttl: float | None = None) -> Lease:
         """Extend the lease; raise LeaseLost if it is no longer the task's current lease."""
         task_id, token = lease_ids(lease)
-        expiry = self._run("renew", task_id, token, self._ttl_ms(ttl), shard=self._of(task_id))
+        ttl_ms, sent = self._ttl_ms(ttl), time.monotonic()
+        expiry = self._run("renew", task_id, token, ttl_ms, shard=self._of(task_id))
         if refused(expiry):
             raise_for(expiry, task_id, token)
         lease.expires_at = int(expiry) / 1000.0
+        lease.held_until = sent + ttl_ms / 1000.0
         return lease
 
     def save_checkpoint(self, lease: Lease, checkpoint: Mapping[str, Any]) -> None:

@@ -34,3 +34,11 @@ def two_hosts(ctx: DurableContext) -> None:
             # ahead of the lease keeper's renewal (which would only make the zombie's next check fail)
     ctx.fetch(f"{ctx.meta['other']}?token={ctx.lease.token}", conditional=False)
     ctx.emit({"url": ctx.url, "token": ctx.lease.token}, key=ctx.url)
+
+
+@durable_task(name="test_other_hosts")
+def other_hosts(ctx: DurableContext) -> None:
+    """GET each of ``meta.others`` (pages of hosts other than the task's own), in order."""
+    for url in ctx.meta["others"]:
+        ctx.fetch(url, conditional=False)
+    ctx.emit({"url": ctx.url, "fetched": len(ctx.meta["others"])}, key=ctx.url)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 
 from celery_ha.state import TaskQueue
+from celery_ha.state.record_store import _reader
 from celery_ha.state.worker_registry import split_worker
 from tests.support.celery_helpers import Cluster, wait_for
 from tests.support.timed_site import TimedSite
@@ -77,3 +79,39 @@ def test_a_woken_zombie_sends_no_request_to_another_host(
     assert f"/other?token={q.get(tid).token}" in seen, seen  # the run that holds the task sent its request
     assert f"/other?token={zombie_token}" not in seen, f"the zombie's request reached the other host: {seen}"
     assert len(seen) == 1, seen
+
+
+def test_a_held_lease_costs_no_read_before_a_request(make_cluster: Any, sites: list[TimedSite]) -> None:
+    """The fence reads the task's record only once the lease may have run out (``Lease.held_until``,
+    from its claim and renewals): a task that fetches five pages of another host, well inside its
+    lease, makes no read of its record for them (what Redis received, by MONITOR), and every page is
+    sent."""
+    own, other = TimedSite("127.0.0.8").start(), TimedSite("127.0.0.9").start()
+    sites += [own, other]
+    cluster: Cluster = make_cluster(CELERY_HA_OBEY_ROBOTS="0", CELERY_HA_EXTRA_IMPORTS=EXTRA_IMPORTS)
+    q = cluster.q
+    others = [other.url(f"/o/{i}") for i in range(5)]
+    (tid,) = q.enqueue_many([{"url": own.url("/page"), "task": "test_other_hosts",
+                              "meta": {"others": others}}])
+    reader_sha = _reader(q.client).sha
+    reads: list[str] = []
+    watching, stop = threading.Event(), threading.Event()
+
+    def watch() -> None:  # every command Redis receives, until the task's item is stored
+        with q.client.monitor() as monitor:
+            watching.set()
+            while not stop.is_set():
+                command = monitor.next_command()["command"]
+                if reader_sha in command and tid in command:
+                    reads.append(command)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    assert watching.wait(10)
+    cluster.worker("w0", concurrency=1)
+    cluster.pump()
+    wait_for(lambda: q.client.hlen(q.keys.items) == 1, timeout=60, interval=0.1, message="the task's item")
+    stop.set()
+    watcher.join(10)
+    assert [v.path for v in other.log()] == [f"/o/{i}" for i in range(5)]
+    assert reads == [], f"{len(reads)} read(s) of the record fenced requests of a lease certainly held"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,6 +32,9 @@ from celery_ha.state.list_push import ListPush
 from celery_ha.state.records import TaskState
 from celery_ha.state.sink import item_key
 
+#: Seconds of a lease's certain hold (``Lease.held_until``) a request to another host leaves unused:
+#: below it the lease is read from Redis before the request goes.
+FENCE_MARGIN = 2.0
 #: Buffered items are committed (without a checkpoint) once this many are pending.
 FLUSH_AT = 500
 #: Arguments of ``ctx.fetch`` with which a request of the own URL asks for another resource.
@@ -205,7 +209,15 @@ class DurableContext:
     def _fence(self) -> None:
         """Check the lease before a request no gate ask fences: one read of the task's record, whose
         state and fencing token must still be this lease's (the check every fenced script makes,
-        ``fenced()`` in ``_common.lua``); else LeaseLost, and nothing is sent."""
+        ``fenced()`` in ``_common.lua``); else LeaseLost, and nothing is sent.
+
+        No read while the lease is certainly still held (``Lease.held_until``, kept by the claim and
+        every renewal, less a margin for the request's own start): no other holder can exist before
+        its expiry, and the lease keeper renews it well before. A process stopped past that (SIGSTOP,
+        a long pause) finds the bound gone when it wakes, and reads."""
+        self.check()
+        if time.monotonic() < self.lease.held_until - FENCE_MARGIN:
+            return
         info = self._rt.queue.get_many([self.task_id])[0]
         if info is not None and info.state == TaskState.RUNNING and info.token == self.lease.token:
             return

@@ -64,7 +64,11 @@ def pause_command(obj: CLIContext, reason: str, force: bool) -> None:
 @force_option
 @pass_cli
 def resume_command(obj: CLIContext, force: bool) -> None:
-    """Dispatch again after `celery-ha pause` (workers refill their window within seconds)."""
+    """Dispatch again after `celery-ha pause` (workers refill their window within seconds).
+
+    Refused (exit 1) for a namespace `celery-ha migrate` moved away or is moving: its tasks run in the
+    new namespace. After a migration abandoned by purging its target, it resumes the old namespace.
+    """
     require_known(obj, force)
     if resume(obj.client, obj.namespace):
         kick(obj)

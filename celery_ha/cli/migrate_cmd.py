@@ -34,20 +34,32 @@ def command(obj: CLIContext, target: str, shards: int, yes: bool, as_json: bool,
 
     Stop the namespace's workers, beat and producers first (it refuses while a worker heartbeats or
     a task holds a lease, and exits 1 without finishing when the namespace changed while it was
-    read). The source is paused and left as it was: purge it once the target runs well. A migration
-    that stopped half-way is finished by running the same command again. Then start the workers with
-    CELERY_HA_NAMESPACE=TARGET and CELERY_HA_SHARDS=N.
+    read). The source is paused for good and closed: a message still in its broker queue starts no
+    task there (the worker drops it, naming TARGET), and `celery-ha resume` refuses it. Its data stays:
+    purge it once the target runs well. A migration that stopped half-way is finished by running the
+    same command again (once finished, that says so and exits 0). Then start the workers with
+    CELERY_HA_NAMESPACE=TARGET and CELERY_HA_SHARDS=N (workers of a matching CELERY_HA_NAMESPACES
+    pattern find TARGET by themselves).
     """
     require_known(obj, force)  # the source (-n): the target is new by design
     source, client = obj.namespace, obj.client
     migration = Migration(client, source, target, shards, progress=_progress(as_json))
+    if migration.finished():  # the same command again: nothing left to do, and no error
+        migration.seal()  # what a release before the claim marks left open
+        if as_json:
+            echo_json({"source": source, "target": target, "already_migrated": True})
+        else:
+            click.echo(f"namespace {source} was migrated into {target} already: nothing to do")
+        return
     migration.check(obj.settings.lease_ttl)
     if not yes:
         if not sys.stdin.isatty():
             raise click.UsageError(f"refusing to migrate namespace {source!r} without --yes")
         click.confirm(f"Move namespace {source!r} ({len(migration.src)} shard(s)) into {target!r} with "
                       f"{shards} shard(s)? {source!r} is paused and keeps its data", abort=True)
-    report = migration.run()
+        # The prompt may have waited long: a worker started, or another migration ran, meanwhile.
+        migration.check(obj.settings.lease_ttl)
+    report = migration.run()  # takes both namespaces atomically: a concurrent one is refused here
     if as_json:
         echo_json(report.as_dict())
     else:

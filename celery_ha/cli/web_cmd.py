@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import signal
 from types import FrameType
@@ -25,6 +26,8 @@ from celery_ha.monitoring.collector import Source
 from celery_ha.monitoring.dashboard import Reader
 from celery_ha.monitoring.server import WebApp, WebServer, bind_address, is_loopback
 from celery_ha.state.namespaces import servable_matches
+from celery_ha.state.record_store import record_count
+from celery_ha.state.shards import shard_keys, stored_count
 
 
 def _auth_option(_ctx: click.Context, _param: Any, value: str | None) -> BasicAuth | None:
@@ -61,6 +64,18 @@ _HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?(\.[a-z0-9_]([a-z
 
 def _stop(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt
+
+
+def _reader_shards(client: Any, namespace: str, configured: int) -> int:
+    """The shard count the web reads ``namespace`` with: the one it is stored in (one server may show
+    namespaces of several counts: a migration's target beside the others; a reader never needs the
+    process's own), or, while it holds nothing yet, the process's (CELERY_HA_SHARDS: what its workers
+    will write it with)."""
+    stored = stored_count(client, namespace)
+    if stored == configured or stored > 1:  # recorded (1 is not): its processes run with it
+        return stored
+    shard = shard_keys(namespace, 1)[0]
+    return stored if record_count(client, shard) or client.hlen(shard.items) else configured
 
 
 @click.command("web")
@@ -115,7 +130,8 @@ def command(obj: CLIContext, host: str, port: int, allowed_hosts: tuple[str, ...
     patterns = namespace_patterns(namespaces)
 
     def serve(ns: str) -> tuple[Reader, Source]:
-        return (Reader(client, TaskQueue.for_settings(client, settings, ns), ProxyPool(client, ns),
+        own = dataclasses.replace(settings, shards=_reader_shards(client, ns, settings.shards))
+        return (Reader(client, TaskQueue.for_settings(client, own, ns), ProxyPool(client, ns),
                        worker_max_age=settings.lease_ttl),
                 Source(client, ns, settings.lease_ttl,
                        broker_reader(settings, obj.redis_url, client, ns, queues)))
@@ -123,7 +139,7 @@ def command(obj: CLIContext, host: str, port: int, allowed_hosts: tuple[str, ...
     said: set[str] = set()  # matches of another shard count, said once each
 
     def grow(known: set[str]) -> list[tuple[Reader, Source]]:
-        found, refused = servable_matches(client, patterns, known, settings.shards)
+        found, refused = servable_matches(client, patterns, known, settings.shards, moved_away=True)
         for ns in sorted(set(refused) - said):
             click.echo(f"celery-ha web: not serving namespace {ns}: {refused[ns]}", err=True)
         said.update(refused)

@@ -26,7 +26,8 @@
   incr, wake, promote_due, to_dead,
   stall, fenced, grant, claim_best, trim_history, complete_task (transitions); store_items (the sink),
   complete_with_items (the sink's last items, then the completion);
-  schedule_refetch, kept_records, requeue_finished (refetch schedules, _refetch.lua);
+  schedule_refetch, dead_refetch, unschedule, kept_records, requeue_finished, next_run (refetch
+  schedules, _refetch.lua);
   remember, done_time, forget_done and the rest of _remembered.lua (finished dedup ids);
   and, from the includes
   below, fmt, decode, load, encode, save, payload_host (records: _record_codec.lua), now_ms and
@@ -221,15 +222,6 @@ local function promote_due(now, limit)
   return #due
 end
 
-local function to_dead(id, st, now, reason)
-  if st.h then host_dead(st.h) end
-  st.s = 'x'
-  st.e = reason
-  st.ut = fmt(now)
-  redis.call('ZADD', K_DEAD, now_us_score(), id)
-  incr('died', 1)
-end
-
 -- Ids headed for the ready lists, grouped by band (the priority as a string), so a batch costs one
 -- push per band.
 local function band_batch()
@@ -262,6 +254,23 @@ local function band_flush(batch, cmd, now)
     end
     redis.call('ZADD', K_READYP, -tonumber(p), p)
   end
+end
+
+--#include _refetch
+
+-- A task ends dead: in `dead` (listed, counted, redrivable). A scheduled one (st.iv: a completion
+-- scheduled it) keeps its next regular run unless `ends` says the failure is final (permanent:
+-- fail.lua without retry; an operator's cancel): it waits in the refetch index too, one interval
+-- after its death (dead_refetch, _refetch.lua), so a site outage longer than its retries or its
+-- stalls does not end its schedule. `payload` is the record's (read again when not given).
+local function to_dead(id, st, now, reason, payload, ends)
+  if st.h then host_dead(st.h) end
+  st.s = 'x'
+  st.e = reason
+  st.ut = fmt(now)
+  redis.call('ZADD', K_DEAD, now_us_score(), id)
+  incr('died', 1)
+  if st.iv and not ends then dead_refetch(id, st, payload, now) end
 end
 
 -- Take back a running task whose holder vanished (the caller already removed it from `running`, and
@@ -362,9 +371,6 @@ local function claim_best(worker, ttl, promote_limit, now)
   end
   return R_EMPTY
 end
-
--- Drop completed records beyond history_max or older than history_age_ms, at most 64 of each.
---#include _refetch
 
 -- Bound the completed history; a record leaving it is deleted unless a scheduled run needs it.
 local function trim_history(hmax, hage, now)

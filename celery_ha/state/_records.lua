@@ -14,7 +14,8 @@
   goes back to 0. A split moves one bucket's records (a dozen or two): every call stays bounded, at
   any depth. Buckets never merge back (an emptied one is no key at all).
   Keys (same hash tag as KEYS[1]: named from PREFIX, ARGV[1]):
-    tg      hash: l (level L), s (split pointer S), n (records in buckets)
+    tg      hash: l (level L), s (split pointer S), n (records in buckets); mv (set by celery-ha migrate: the
+            namespace the tasks moved to; claim.lua refuses a claim while it is set)
     t:<i>   hash: id -> record, bucket i
     K_TASKS the one hash of earlier releases (KEYS[1]); a record still in it is read from it and
             moves into its bucket at its next write, so a live namespace changes layout as it runs.

@@ -1,7 +1,12 @@
 --[[ Shared include of _common: refetch schedules (the design is in celery_ha/state/schedules.py).
   A completed task whose task name (or host) has a schedule is due again `iv` seconds after its
   completion: its record stays (the completed history's trim keeps it) and its id waits in `refetch`
-  until the sweep (refetch_due.lua) queues it again, through the host gate, however old it is.
+  until the sweep (refetch_due.lua) queues it again, through the host gate, however old it is. A
+  scheduled run that dies for a reason that may pass (retries spent on retryable errors, stalls:
+  _common's to_dead) keeps its next run the same way, `iv` after its death, while it stays in `dead`;
+  a permanent failure (fail.lua without retry) or a cancel ends the schedule. An id waits in `refetch`
+  only while its record is completed or dead, once (a sorted set); every path that takes it out of
+  those states takes it out of `refetch` (requeue_finished, next_run, unschedule: redrive, cancel).
   Keys, all named from PREFIX (ARGV[1], which carries KEYS[1]'s hash tag: same slot, see same_slot):
     sched    hash: the schedules, copied to every shard by the caller; fields 't:<task name>',
              'h:<host>', 't:<task name>@<host>' (the most specific wins) -> 'every|min|max|adapt'
@@ -11,7 +16,7 @@
   signature of the last run's output (a hex digest chosen by the task).
   Adaptive intervals (Nutch's AdaptiveFetchSchedule): unchanged output -> iv x 1.4, changed -> iv x
   0.8, clamped to [min, max]; without a verdict (no signature, or the first one) iv stays.
-  Defines: schedule_refetch, kept_records, requeue_finished, next_run.
+  Defines: schedule_refetch, dead_refetch, unschedule, kept_records, requeue_finished, next_run.
 ]]
 
 local K_SCHED, K_REFETCH
@@ -94,6 +99,23 @@ local function schedule_refetch(id, st, payload, now, sig)
   redis.call('ZADD', K_REFETCH, fmt(now + iv), id)
 end
 
+-- At the death of a scheduled task for a reason that may pass (_common's to_dead): its next regular
+-- run, as a completion without a verdict would schedule it (the schedule in force: none or every 0
+-- ends it; an adaptive interval stays). `payload` is read from the record when not given (a stall).
+local function dead_refetch(id, st, payload, now)
+  if not payload then
+    local _
+    _, payload = load(id)
+  end
+  schedule_refetch(id, st, payload or '', now, nil)
+end
+
+-- Take `id` out of the refetch index: its record leaves the states that wait there (a redrive, a
+-- cancel, a new run).
+local function unschedule(id)
+  redis.call('ZREM', K_REFETCH, id)
+end
+
 -- Of the ids whose completed record the history's trim would delete, those it must keep: the ones
 -- waiting for a scheduled run (their record is what queues them again).
 local function kept_records(ids)
@@ -108,12 +130,20 @@ end
 
 -- Queue a completed task again as a new run (same URL, meta, task, priority and limits; attempts,
 -- stalls and errors cleared; its fencing token carries over), collected into `batch` (band_batch).
--- Its schedule state (iv, sg) stays: the next completion adapts from it.
+-- Its schedule state (iv, sg) stays: the next completion adapts from it. A dead one (its scheduled
+-- run, refetch_due.lua) leaves `dead` the same way, its last error kept as the previous one (pe), as
+-- a redrive keeps it.
 local function requeue_finished(id, st, payload, batch, now)
-  redis.call('ZREM', K_COMPLETED, id)
-  forget_done(id)
-  redis.call('ZREM', K_REFETCH, id)
-  st.a, st.st, st.e, st.pe, st.w, st.due, st.qt, st.f = nil, nil, nil, nil, nil, nil, nil, nil
+  local pe = nil
+  if st.s == 'x' then
+    redis.call('ZREM', K_DEAD, id)
+    pe = st.e
+  else
+    redis.call('ZREM', K_COMPLETED, id)
+    forget_done(id)
+  end
+  unschedule(id)
+  st.a, st.st, st.e, st.pe, st.w, st.due, st.qt, st.f = nil, nil, nil, pe, nil, nil, nil, nil
   st.s = 'q'
   st.ut = fmt(now)
   save(id, st, payload)
@@ -129,7 +159,7 @@ local function next_run(id, st, old, now)
   if old then
     token = math.max(tonumber(old.k) or 0, now)
     redis.call('ZREM', K_COMPLETED, id)
-    redis.call('ZREM', K_REFETCH, id)
+    unschedule(id)
   end
   forget_done(id)
   local run = {}

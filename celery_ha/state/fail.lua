@@ -1,18 +1,21 @@
 --[[ Record a failed attempt under the lease. A retry waits in `delayed` for
   base * 2^(failures-1) (capped), scaled by a jitter in [0.5, 1.5) so a burst of failures does not
-  return in lockstep; past max_attempts, or without retry, the task is dead.
+  return in lockstep; past max_attempts, or without retry, the task is dead. A scheduled task
+  (_refetch.lua) dead past max_attempts keeps its next regular run (its errors may pass: an outage);
+  one failed without retry (a permanent error: 404/410, robots.txt, PermanentError) ends its schedule.
   KEYS[1]  tasks
   KEYS[3]  delayed
   KEYS[5]  running
   KEYS[6]  dead
   KEYS[10] stats
-  Same slot: the record buckets (_records.lua: t:<i>, tg), a gated task's host keys (_hosts.lua) are named from ARGV[1], the prefix every KEYS
-    entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
+  Same slot: the record buckets (_records.lua: t:<i>, tg), a gated task's host keys (_hosts.lua) and
+    the refetch schedule's keys (_refetch.lua: refetch, sched) are named from ARGV[1], the prefix every
+    KEYS entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2] task id
   ARGV[3] fencing token
   ARGV[4] error text
-  ARGV[5] retry (1/0)
+  ARGV[5] retry (1/0; 0: a permanent error, which also ends a refetch schedule)
   ARGV[6] backoff base (ms)
   ARGV[7] backoff cap (ms)
   Reply: {'retry', due_ms} or {'dead'}; or a refusal (nothing written): R_UNKNOWN, R_WAITING,
@@ -44,6 +47,6 @@ if ARGV[5] == '1' and attempts < (tonumber(st.ma) or 3) then
   incr('retried', 1)
   return {'retry', fmt(due)}
 end
-to_dead(id, st, now, ARGV[4])
+to_dead(id, st, now, ARGV[4], payload, ARGV[5] ~= '1')
 save(id, st, payload)
 return {'dead'}

@@ -29,11 +29,12 @@ module moves everything a crawl needs into it, with the source stopped:
 
 Not moved: counters and histograms (the target starts its own), ETag validators (a cache),
 the worker registry. Idempotent: every write skips what the target holds already, so a migration
-that stopped half-way (killed, Redis gone) is finished by running it again. The target remembers
-its source (meta ``migrating_from``, then ``migrated_from``), and refuses another source; the source
-its target (``migrating_to``, then ``migrated_to``), and refuses another target. The last marks are
-written source first, so a run cut short between them left a source that already refuses new tasks,
-and the next run writes the rest.
+that stopped half-way (killed, Redis gone) is finished by running it again; one that finished does
+nothing more. A run first takes both namespaces, atomically (``state/migrate_marks.py``): the target
+remembers its source (meta ``migrating_from``, then ``migrated_from``) and refuses another source;
+the source its target (``migrating_to``, then ``migrated_to``) and refuses another target. Then it
+closes the source's shards to claims: no message left in the source's broker queue starts a task
+there. The target is registered when it is complete, so the workers of a pattern serve it.
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ from celery_ha.state.done_times import done_hour, done_id
 from celery_ha.state.host_queues import as_text
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.migrate_ids import TargetIds
+from celery_ha.state.migrate_marks import close, cut_short, finished, mark_done, take
 from celery_ha.state.migrate_read import PAGE, changes, fingerprints, live_leases, queued_records
 from celery_ha.state.migrate_settings import copy_settings
+from celery_ha.state.namespaces import register
 from celery_ha.state.pause import pause
 from celery_ha.state.record_store import all_records, record_count
 from celery_ha.state.records import TaskInfo
@@ -134,7 +137,7 @@ class Migration:
         running, done = self.client.hmget(QueueKeys(self.target).meta, ["migrating_from", "migrated_from"])
         moved, moving = self.client.hmget(QueueKeys(self.source).meta, ["migrated_to", "migrating_to"])
         if done is not None:
-            if self._marks_cut_short():
+            if cut_short(self.client, self.source, self.target):
                 return  # run() finishes them
             raise ConfigurationError(f"namespace {self.target!r} was migrated from {done!r} already")
         origin = running
@@ -166,15 +169,28 @@ class Migration:
         return any(int(v or 0) for v in pipe.execute())
 
     # ------------------------------------------------------------------ the run
+    def finished(self) -> bool:
+        """Whether this migration ended already, every mark written (``celery-ha migrate`` then only
+        seals it; run() would go through everything again and move nothing)."""
+        return finished(self.client, self.source, self.target)
+
+    def seal(self) -> None:
+        """A finished migration's source closed to claims and its target registered (idempotent): what
+        a release before these marks did not write."""
+        close(self.client, self.src, self.target)
+        register(self.client, self.target)
+
     def run(self) -> MigrationReport:
-        """Pause the source, copy settings, tasks, remembered ids and items; mark both namespaces."""
-        client, tmeta, smeta = self.client, QueueKeys(self.target).meta, QueueKeys(self.source).meta
-        if self._marks_cut_short():
+        """Take both namespaces (ConfigurationError when another migration holds one), close the
+        source to claims and pause it, copy settings, tasks, remembered ids and items; mark both."""
+        client = self.client
+        short = cut_short(client, self.source, self.target)  # read before take() writes migrating_from
+        take(client, self.source, self.target)
+        close(client, self.src, self.target)  # from now on no claim in the source starts a task
+        if short:
             self._mark_done()  # everything moved; a run before this one stopped between its marks
             return self.report
         pause(client, self.source, reason=f"migrated to {self.target}")
-        client.hsetnx(tmeta, "migrating_from", self.source)
-        client.hset(smeta, "migrating_to", self.target)
         self.queue._ensure_layout()  # records the target's shard count (an empty namespace takes any)
         self.report.hosts, self.report.proxy_keys = copy_settings(client, self.source, self.target, self.src,
                                                                    self.dst)
@@ -206,23 +222,11 @@ class Migration:
         self._mark_done()
         return self.report
 
-    def _marks_cut_short(self) -> bool:
-        """Whether a run of this migration wrote the target's ``migrated_from`` but stopped before
-        the rest of the last marks (a crash, or a release that wrote the target's mark first)."""
-        running, done = self.client.hmget(QueueKeys(self.target).meta, ["migrating_from", "migrated_from"])
-        moved = self.client.hget(QueueKeys(self.source).meta, "migrated_to")
-        return done == self.source and (running is not None or moved != self.target)
-
     def _mark_done(self) -> None:
-        """The last marks, source first: from its ``migrated_to`` on, the source refuses new tasks,
-        and a run that stops after it (the target still ``migrating_from``) is let through by
-        check() and finishes; one that stops after the target's ``migrated_from`` is finished by
-        run() alone."""
-        client, tmeta, smeta = self.client, QueueKeys(self.target).meta, QueueKeys(self.source).meta
-        client.hset(smeta, "migrated_to", self.target)
-        client.hdel(smeta, "migrating_to")
-        client.hset(tmeta, "migrated_from", self.source)
-        client.hdel(tmeta, "migrating_from")
+        """The target registered (a pattern's workers serve it from then on), then the last marks
+        (``migrate_marks.mark_done``: source first)."""
+        register(self.client, self.target)
+        mark_done(self.client, self.source, self.target)
 
     #: The counters a namespace keeps for its whole life (``stats``), as opposed to counts of its state.
     LIFETIME = frozenset((*COUNTERS, "completed", "died"))

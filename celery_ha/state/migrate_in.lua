@@ -9,7 +9,8 @@
     r running: no holder can be left (migrate.py refuses while the source's workers live): a stall,
       as a reclaim counts it (dead past max_stalls, else queued with the rows' queued tasks)
     w delayed: the delayed index at its due time
-    x dead: the dead letters at its time of death (ut)
+    x dead: the dead letters at its time of death (ut), and the refetch index when the row gives a
+      time (a retryable death keeps its schedule: _refetch.lua)
     c completed: remembered when it is a dedup task (its completion hour), in the completed history
       and the refetch index when the row gives a time for them (a record the source kept only for
       its refetch schedule is in no history)
@@ -110,6 +111,7 @@ for i = 3, #ARGV, 6 do
       redis.call('ZADD', K_DELAYED, st.due or fmt(now), id)
     elseif s == 'x' then
       redis.call('ZADD', K_DEAD, fmt((tonumber(st.ut) or now) * 1000), id)
+      if refetch_due ~= '' then redis.call('ZADD', K_REFETCH, refetch_due, id) end -- its schedule kept
     elseif s == 'c' then
       if st.dd == '1' and remember(id, now, done_hour(tonumber(st.ut) or now), true) == 1 then
         remembered = true

@@ -2,13 +2,15 @@
 crawl-*``) read to find the crawls they serve.
 
 A namespace enters the registry (the set ``cha:namespaces``, outside every namespace's hash tag) at
-its first enqueue from a process (one ``SADD`` per queue object, not per task), and when a worker or
-beat serves it by name. Reading it is one ``SMEMBERS``: a worker of a pattern looks every
+its first enqueue from a process (one ``SADD`` per queue object, not per task), when a migration
+(``celery-ha migrate``) has filled it, and when ``celery-ha namespaces --scan`` finds its keys.
+Serving a namespace by name (a worker, beat or ``celery-ha web`` of ``CELERY_HA_NAMESPACE=shop``)
+does not register it. Reading it is one ``SMEMBERS``: a worker of a pattern looks every
 ``CELERY_HA_DISCOVERY_INTERVAL`` seconds instead of scanning the keyspace. A namespace written only
 by releases before the registry is found by ``celery-ha namespaces --scan`` (one ``SCAN`` of the
-keyspace, which then registers what it found) or by serving it once by name.
+keyspace, which then registers what it found).
 
-:func:`forget` takes a namespace out (``celery-ha purge --all`` of it); registering is idempotent.
+:func:`forget` takes a namespace out (``celery-ha purge`` of it); registering is idempotent.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import redis
 from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.namespace_lists import matches_namespace_pattern
 from celery_ha.base.validation import check_namespace
+from celery_ha.state.migrate_marks import moved_to
 from celery_ha.state.shards import check_count
 
 REGISTRY_KEY = "cha:namespaces"
@@ -59,13 +62,20 @@ def matching(names: Iterable[str], patterns: tuple[str, ...], known: Iterable[st
 
 
 def servable_matches(client: redis.Redis, patterns: tuple[str, ...], known: Iterable[str],
-                     shards: int) -> tuple[list[str], dict[str, str]]:
+                     shards: int, moved_away: bool = False) -> tuple[list[str], dict[str, str]]:
     """The registered namespaces that match ``patterns`` and are not in ``known``, sorted, that a
-    process of ``shards`` shards can serve; and, apart, those written with another shard count, with
-    why (every claim there would be refused: ``state/shards.py`` ``check_count``)."""
+    process of ``shards`` shards can serve; and, apart, those it cannot, with why: written with another
+    shard count (every claim there would be refused: ``state/shards.py`` ``check_count``), or, unless
+    ``moved_away`` (a reader such as ``celery-ha web`` shows them), moved away by a migration (its tasks
+    run in the target; every claim there is refused, ``state/migrate_marks.py``)."""
     fit: list[str] = []
     refused: dict[str, str] = {}
     for name in matching(registered(client), patterns, known):
+        target = None if moved_away else moved_to(client, name)
+        if target is not None:
+            refused[name] = (f"celery-ha migrate moved (or is moving) namespace {name!r} to {target!r}: its "
+                             f"tasks run there")
+            continue
         try:
             check_count(client, name, shards)
         except ConfigurationError as exc:

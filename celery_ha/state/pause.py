@@ -1,7 +1,12 @@
 """Pause a namespace: the pump stops dispatching new tasks; running ones finish, retries still come
 due (they wait in the queue), and resume picks up where it stopped. A flag in the namespace's meta
 hash, read by every pump at most once per heartbeat interval, so a pause takes effect everywhere
-within that interval without costing the hot path a read per task."""
+within that interval without costing the hot path a read per task.
+
+A migration (``celery-ha migrate``) pauses its source for good: resuming one moved away, or being
+moved, would dispatch again tasks that run in the target (and its claims are refused anyway,
+``state/migrate_marks.py``), so :func:`resume` refuses it. Only a migration abandoned (its target
+purged) leaves a source that resumes: the migration's marks go with the pause."""
 
 from __future__ import annotations
 
@@ -9,9 +14,11 @@ from typing import Any
 
 import redis
 
+from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.validation import MAX_ERROR_CHARS, clean_message
 from celery_ha.redisio.clock import redis_now_ms
 from celery_ha.state.keys import QueueKeys
+from celery_ha.state.migrate_marks import abandon, filling, source_marks
 
 
 def pause(client: redis.Redis, namespace: str, reason: str = "") -> bool:
@@ -25,7 +32,19 @@ def pause(client: redis.Redis, namespace: str, reason: str = "") -> bool:
 
 
 def resume(client: redis.Redis, namespace: str) -> bool:
-    """Resume ``namespace``; False when it was not paused."""
+    """Resume ``namespace``; False when it was not paused. ConfigurationError for one a migration
+    moved away or is moving (see the module docstring); an abandoned migration's marks go first."""
+    moved, moving = source_marks(client, namespace)
+    if moved is not None:
+        raise ConfigurationError(
+            f"namespace {namespace!r} was migrated to {moved!r} (celery-ha migrate): it stays paused for "
+            f"good, its tasks run in {moved!r}; purge {namespace!r} once that runs well")
+    if moving is not None:
+        if filling(client, moving, namespace):
+            raise ConfigurationError(
+                f"namespace {namespace!r} is being migrated to {moving!r}: finish that migration (run it "
+                f"again), or purge {moving!r} first to abandon it, then resume")
+        abandon(client, namespace, moving)
     return bool(client.hdel(QueueKeys(namespace).meta, "paused", "paused_reason"))
 
 

@@ -4,6 +4,8 @@
   over from an earlier run can never match a new lease. Other states are left alone.
   KEYS[1]  tasks
   KEYS[2]  readyp
+  KEYS[6]  dead (named by requeue_finished for a dead scheduled run, refetch_due.lua's; recrawl
+    queues completed tasks only and leaves a dead one, and its scheduled run, alone)
   KEYS[7]  completed (the id leaves the history, whose trim would otherwise delete its record)
   KEYS[8]  done (the old sorted set of finished dedup ids: the id leaves it, as it leaves the buckets)
   KEYS[10] stats

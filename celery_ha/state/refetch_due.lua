@@ -1,9 +1,12 @@
 --[[ Queue the scheduled runs that are due (the sweep calls it, bounded per call): each completed id
   of `refetch` whose time came starts a new run, as the operator's recrawl does (recrawl.lua), at the
-  back of its band or through its host's queue (the host gate paces it). An id whose record is not
-  completed any more (queued again meanwhile, or its record gone) only leaves `refetch`.
+  back of its band or through its host's queue (the host gate paces it); so does a dead one (a
+  scheduled run that died for a reason that may pass, _common's to_dead): it leaves `dead`, its
+  attempts and stalls reset. An id whose record is neither (queued again meanwhile, or its record
+  gone) only leaves `refetch`.
   KEYS[1]  tasks
   KEYS[2]  readyp
+  KEYS[6]  dead (a dead id leaves it)
   KEYS[7]  completed (the id leaves the history)
   KEYS[8]  done (the id is no longer a finished dedup id)
   KEYS[10] stats (refetched: runs queued by a schedule)
@@ -13,7 +16,7 @@
     entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2] limit: most due ids taken per call
-  Reply: {queued, dropped (not completed any more), more (1 when due ids are left)}
+  Reply: {queued, dropped (neither completed nor dead any more), more (1 when due ids are left)}
 ]]
 --#include _common
 local now = now_ms()
@@ -28,7 +31,7 @@ local queued = band_batch()
 local count, dropped = 0, 0
 for _, id in ipairs(due) do
   local st, payload = load(id)
-  if st and st.s == 'c' then
+  if st and (st.s == 'c' or st.s == 'x') then
     requeue_finished(id, st, payload, queued, now)
     count = count + 1
   else

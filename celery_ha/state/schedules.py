@@ -11,6 +11,16 @@ has one, stores the next run's due time in the shard's ``refetch`` index and kee
 :meth:`refetch_due`, which queues due runs (bounded per call) at the back of their band or through
 their host's queue, so the host gate paces refetches like any other work, however old the completion.
 
+A scheduled run that dies for a reason that may pass — its attempts spent on retryable errors (a site
+down for a while), or its stalls past ``max_stalls`` — keeps its next regular run: it stays in
+``dead`` (listed, counted, redrivable) and waits in ``refetch`` one interval after its death, as a
+completion without a verdict would schedule it (the schedule in force: an unset one, or ``every=0``,
+ends it); when due, :meth:`refetch_due` queues it as a new run (out of ``dead``, attempts and stalls
+reset, its last error kept as the previous one). A permanent failure (a 404/410, a robots.txt refusal,
+``PermanentError``: a failure without retry) and a cancel end the schedule, as a redrive replaces the
+waiting run by the redriven one: an id waits in ``refetch`` only while its record is completed or
+dead.
+
 Adaptive schedules follow Nutch's AdaptiveFetchSchedule: the run's output verdict — ``ctx.signature``
 (a digest of the page, or of the emitted items) compared with the previous run's, or a 304 to a
 conditional request — multiplies the interval by 1.4 when unchanged and by 0.8 when changed, within
@@ -170,7 +180,8 @@ class ScheduleOps:
         return total
 
     def refetch_pending(self) -> dict[str, int]:
-        """How many runs wait for their time (``waiting``) and how many are due now (``due``)."""
+        """How many runs wait for their time (``waiting``, dead scheduled tasks' included) and how many
+        are due now (``due``)."""
         self._ensure_layout()
         seconds, micros = self.client.time()
         now_ms = int(seconds) * 1000 + int(micros) // 1000

@@ -43,6 +43,7 @@ from celery_ha.integration.running.graceful_stop import stop_handler
 from celery_ha.integration.running.infrastructure import is_infrastructure_error, with_patience
 from celery_ha.integration.running.lease_keeper import keeper
 from celery_ha.state import Dispatched, Lease
+from celery_ha.state.migrate_marks import dropped_for
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,10 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
     if lease is None:
         lease = _claim(rt, task_id)
     if lease is None:
+        if moved := dropped_for(rt.client, rt.queue.namespace):  # a read only when a message is dropped
+            log.warning("task %s: namespace %r was migrated to %r (celery-ha migrate): message dropped, the "
+                        "task runs there", task_id, rt.queue.namespace, moved)
+            return Outcome("dropped", task_id, detail=f"its namespace was migrated to {moved}")
         log.info("task %s is not claimable (duplicate or stale message): dropped", task_id)
         return Outcome("dropped", task_id, detail="duplicate or stale message: the task is not claimable")
     ctx = DurableContext(lease, rt, spec)

@@ -76,7 +76,8 @@ def check_invariants(r: redis.Redis, q: TaskQueue) -> dict[str, str]:
         assert location.get(tid) == expected, f"{tid} is {st['s']!r} but sits in {location.get(tid)!r}"
         states[tid] = st["s"]
     for tid in scheduled:  # completed, or dead with its schedule kept (a retryable death)
-        assert states.get(tid, "c") in ("c", "x"), f"{tid} waits for a scheduled run but is {states.get(tid)!r}"
+        state = states.get(tid, "c")
+        assert state in ("c", "x"), f"{tid} waits for a scheduled run but is {state!r}"
     orphans = set(location) - set(states)
     assert not orphans, f"ids without a record: {orphans}"
     # Every non-empty band is indexed (an emptied band may stay indexed until the next pop).

@@ -1,11 +1,14 @@
 """Settings read from the environment (or Django settings), validated once, with documented defaults.
 
 Every knob has an environment variable. A bad value raises :class:`ConfigurationError` naming the
-variable, so a worker fails at start-up with one clear line instead of misbehaving later.
+variable, so a worker fails at start-up with one clear line instead of misbehaving later; a
+``CELERY_HA_*`` variable that is no knob (a typo) is named in a warning, once per process.
 """
 
 from __future__ import annotations
 
+import difflib
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -20,6 +23,8 @@ from celery_ha.base.setting_parsers import MAX_BATCH_IDS as MAX_BATCH_IDS
 from celery_ha.base.setting_parsers import check_redis_url as check_redis_url
 from celery_ha.base.urls import UrlRules
 from celery_ha.base.validation import check_namespace, check_task_name, parse_rate
+
+log = logging.getLogger(__name__)
 
 
 def _django_settings() -> Any:
@@ -50,6 +55,12 @@ def _django_setting(name: str) -> Any:
             if str(key).upper() in (name, short) and value is not None:
                 return ("1" if value else "0") if isinstance(value, bool) else value
     return getattr(dj, name, None)
+
+
+def django_has(name: str) -> bool:
+    """Whether Django's settings hold ``name`` (celery-ha reads ``CELERY_HA`` and ``CELERY_HA_*`` there)."""
+    dj = _django_settings()
+    return dj is not None and getattr(dj, name, None) is not None
 
 
 def raw_setting(name: str, env: Mapping[str, str] | None = None, django: bool | None = None) -> str | None:
@@ -114,6 +125,51 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "url_strip_params": ("CELERY_HA_URL_STRIP_PARAMS", parse.strip_params),
     "validators_max": ("CELERY_HA_VALIDATORS_MAX", parse.number(int, 0, 1_000_000_000)),
 }
+
+
+#: ``CELERY_HA_*`` variables that are no knob of the table above, by prefix: what each family is
+#: (None: read from the environment elsewhere, not named in the warning).
+ENV_FAMILIES: dict[str, str | None] = {
+    "CELERY_HA_TEST_": None,  # the test suite's own (tests/), e.g. CELERY_HA_TEST_REDIS_URL
+    # contrib/scrapy/config.py SCRAPY_PREFIX: read from Scrapy's settings only
+    "CELERY_HA_SCRAPY_": "a Scrapy setting, read from the Scrapy project's settings (settings.py, "
+                         "custom_settings, scrapy crawl -s NAME=VALUE), not from the environment",
+}
+_PREFIX = "CELERY_HA_"
+#: Whether this process has looked at its environment's CELERY_HA_* variables (once per process; a
+#: forked pool child inherits the answer).
+_env_checked: list[bool] = []
+
+
+def field_of_variable(var: str) -> str | None:
+    """The knob (``init_app`` keyword) a variable sets: ``CELERY_HA_LEASE_TTL`` -> ``lease_ttl``."""
+    return next((name for name, (known, _) in _ENV.items() if known == var), None)
+
+
+def unknown_variables(env: Mapping[str, str]) -> list[str]:
+    """A line for each ``CELERY_HA_*`` variable of ``env`` that celery-ha does not read from the
+    environment, with the closest knob when one is close (a typo must not be silently ignored)."""
+    known = {var.removeprefix(_PREFIX) for var, _ in _ENV.values() if var.startswith(_PREFIX)}
+    lines = []
+    for name in sorted(n for n in env if n.startswith(_PREFIX) and n.removeprefix(_PREFIX) not in known):
+        family = next((prefix for prefix in ENV_FAMILIES if name.startswith(prefix)), None)
+        if family is not None:
+            if ENV_FAMILIES[family]:
+                lines.append(f"environment variable {name} is {ENV_FAMILIES[family]}: celery-ha ignores it")
+            continue
+        close = difflib.get_close_matches(name.removeprefix(_PREFIX), sorted(known), n=1, cutoff=0.6)
+        hint = f"; did you mean {_PREFIX}{close[0]}?" if close else ""
+        lines.append(f"unknown environment variable {name} (celery-ha ignores it){hint}")
+    return lines
+
+
+def warn_unknown_variables() -> None:
+    """Log :func:`unknown_variables` of this process's environment, the first time only."""
+    if _env_checked:
+        return
+    _env_checked.append(True)
+    for line in unknown_variables(os.environ):
+        log.warning("celery-ha: %s", line)
 
 
 @dataclass(frozen=True)
@@ -257,6 +313,8 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None, django: bool | None = None) -> Settings:
         """Settings from the environment (or ``env``), then Django settings (the ``CELERY_HA`` dict) for
         what it leaves unset; ``django`` says whether to read Django (default: only without ``env``)."""
+        if env is None:
+            warn_unknown_variables()
         values: dict[str, Any] = {}
         for f in fields(cls):
             spec = _ENV.get(f.name)
@@ -296,6 +354,8 @@ class Settings:
                 merged[var] = ",".join(str(v) for v in value)
             else:
                 merged[var] = ("1" if value else "0") if isinstance(value, bool) else str(value)
+        if env is None:
+            warn_unknown_variables()
         source = os.environ if env is None else env
         merged.update({var: text for var in by_name.values() if (text := source.get(var))})
         return cls.from_env(merged, django=env is None)

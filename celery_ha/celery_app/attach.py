@@ -10,12 +10,18 @@ Attaching does four things, all scoped to that app:
 3. kombu's Redis transport fixes, once per process;
 4. the Celery settings celery-ha needs (``celery_app/config.py``), applied when the app's own
    configuration is loaded, so a ``config_from_object`` before or after ``init_app`` is honoured: a
-   required setting the user set to something else is refused at start-up with one line naming it;
-   the rest is added to (queues, routes, beat entries, imports) or fills in what the user left unset.
+   required (worker-wide) setting the user set to something else is refused at start-up with one line
+   naming it; the rest is added to (queues, routes, annotations, beat entries, imports) or fills in
+   what the user left unset. The app's own tasks keep their acknowledgement and serializer: celery-ha's
+   tasks set theirs per task.
+
+A worker or beat of the app stops at start-up, with one line, when there is no state Redis to use
+(the app's own broker does not stand in for it).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterable
@@ -26,8 +32,14 @@ from kombu import Queue
 
 from celery_ha.base.errors import ConfigurationError
 from celery_ha.base.masking import mask_url
-from celery_ha.base.settings import Settings
-from celery_ha.celery_app.config import VISIBILITY_MARGIN, CelerySettings, DurableTimeLimits, celery_settings
+from celery_ha.base.settings import Settings, django_has, field_of_variable
+from celery_ha.celery_app.config import (
+    VISIBILITY_MARGIN,
+    CeleryHaTaskOptions,
+    CelerySettings,
+    JsonRoutes,
+    celery_settings,
+)
 from celery_ha.integration.core.services import configure, process_settings
 from celery_ha.integration.core.task_spec import REGISTRY
 from celery_ha.integration.dispatch.broker import kombu_broker
@@ -35,6 +47,8 @@ from celery_ha.integration.patches import kombu_client_reuse, kombu_fixes, kombu
 from celery_ha.integration.worker.hooks import WorkerHooks
 from celery_ha.integration.worker.start_checks import missing_modules
 from celery_ha.runtime.resolve import resolve_redis_url
+
+log = logging.getLogger(__name__)
 
 #: The attribute an attached app carries (its :class:`Attachment`).
 ATTRIBUTE = "celery_ha"
@@ -79,10 +93,16 @@ class Attachment:
         promises run when the configuration is first read (after ``config_from_object``, whenever it
         was called) and whose errors, unlike a signal receiver's, reach the caller."""
         try:
-            if runs_tasks() and (missing := missing_modules(self.settings.extra_imports)):
-                # Celery imports them before any signal: it would stop with a traceback
-                raise ConfigurationError(f"CELERY_HA_EXTRA_IMPORTS: no module named "
-                                         f"{', '.join(map(repr, missing))}")
+            if (ignored := ignored_conf_keys(self.app.conf)):
+                log.warning("celery-ha: %s", ignored)
+            if runs_tasks():
+                if missing := missing_modules(self.settings.extra_imports):
+                    # Celery imports them before any signal: it would stop with a traceback
+                    raise ConfigurationError(f"CELERY_HA_EXTRA_IMPORTS: no module named "
+                                             f"{', '.join(map(repr, missing))}")
+                # A worker or beat needs the state Redis even when the app has a broker of its own:
+                # without one it would start, then fail at every hook and sweep.
+                resolve_redis_url(self.settings)
             return _apply(self.app.conf, self.settings, self.standalone)
         except ConfigurationError as exc:
             if under_celery_cli():
@@ -121,6 +141,21 @@ def _attach(app: Celery, overrides: dict[str, Any], standalone: bool) -> Celery:
     return app
 
 
+def ignored_conf_keys(conf: Any) -> str | None:
+    """The warning for ``CELERY_HA_*`` keys in a Celery app's configuration (``app.conf.update(
+    CELERY_HA_REDIS_URL=...)``, a config module), which celery-ha never reads there, or None. Keys that
+    Django's settings hold are read there (``django.conf:settings``): not named."""
+    keys = sorted(k for k in conf.keys() if isinstance(k, str) and (k.upper() == "CELERY_HA" or
+                                                                       k.upper().startswith("CELERY_HA_"))
+                  and not django_has(k))
+    if not keys:
+        return None
+    known = [f"{name}=..." for k in keys if (name := field_of_variable(k.upper()))]
+    how = f"init_app(app, {', '.join(known)})" if known else "init_app's keywords"
+    return (f"this Celery app's configuration holds {', '.join(keys)}, which celery-ha does not read "
+            f"there (ignored): pass them as {how}, or set them in the environment")
+
+
 # ---------------------------------------------------------------------------------------- applying
 def _broker_url(conf: Any, settings: Settings) -> tuple[str, bool]:
     """The broker this app uses, and whether celery-ha chose it: ``CELERY_BROKER_URL`` (or
@@ -136,7 +171,7 @@ def _conflicts(conf: Any, wanted: CelerySettings) -> list[str]:
     found = []
     for key, req in wanted.required.items():
         if conf.value_set_for(key) and not req.accepts(conf[key]):
-            found.append(f"{key}={conf[key]!r} (celery-ha needs {req.value!r}: {req.why})")
+            found.append(f"{key}={conf[key]!r} (celery-ha needs {req.needs or repr(req.value)}: {req.why})")
     return found
 
 
@@ -191,13 +226,15 @@ def _apply(conf: Any, settings: Settings, standalone: bool) -> dict[str, Any]:
     updates["task_queues"] = _queues(conf, wanted, standalone)
     if standalone:
         updates["task_default_queue"] = wanted.crawl_queue
-    updates["task_routes"] = [wanted.routes, *_routers(conf.task_routes)]
     defaults = dict(wanted.defaults)
-    if standalone:
+    if standalone:  # celery-ha's tasks are the app's: app-wide
+        updates["task_routes"] = [wanted.routes, *_routers(conf.task_routes)]
+        defaults.update(wanted.standalone)
         defaults.update(wanted.time_limits)
-    else:  # the durable tasks only, after the user's own annotations (the first match wins)
-        limits = DurableTimeLimits(wanted.time_limits)
-        updates["task_annotations"] = [*_routers(conf.task_annotations), limits]
+    else:  # celery-ha's tasks only: the user's own keep the app's settings
+        updates["task_routes"] = [wanted.routes, JsonRoutes(settings), *_routers(conf.task_routes)]
+        user = _routers(conf.task_annotations)
+        updates["task_annotations"] = [CeleryHaTaskOptions(wanted.time_limits, user), *user]
     updates["beat_schedule"] = {**(conf.beat_schedule or {}), **wanted.beat_schedule}
     updates["imports"] = _merged(conf.imports or (), wanted.imports)
     conf.update(updates)

@@ -69,8 +69,8 @@ class CeleryHAGroup(click.Group):
                                                    "max_content_width": 100})
 @click.option("--redis-url", envvar="CELERY_HA_REDIS_URL", show_envvar=True, metavar="URL",
               help="Redis of the state layer (redis://, rediss://, unix://, or sentinel://host:26379;… with "
-                   "CELERY_HA_SENTINEL_MASTER). Default: the embedded Redis, "
-                   "started on demand under .celery-ha/.")
+                   "CELERY_HA_SENTINEL_MASTER). Default: the embedded Redis under .celery-ha/, when it "
+                   "runs (demo, up and redis start start it).")
 @click.option("--namespace", "-n", envvar="CELERY_HA_NAMESPACE", show_envvar=True,
               callback=check_namespace_option,
               help="Namespace of keys (cha:{NAMESPACE}:*) to work on.  [default: default]")
@@ -80,8 +80,10 @@ def main(ctx: click.Context, redis_url: str | None, namespace: str | None) -> No
     """celery-ha: high-availability crawl orchestration on Celery.
 
     Durable tasks, leases, checkpoints and a proxy pool live in Redis; Celery carries task ids.
-    With no CELERY_HA_REDIS_URL, every command shares one local Redis started on demand
-    (persistent, in .celery-ha/). Start with `celery-ha demo`, run with `celery-ha up`.
+    With no CELERY_HA_REDIS_URL, commands share one local embedded Redis (persistent, in
+    .celery-ha/): `demo`, `up` and `redis start` start it on demand; every other command uses it when
+    it runs, else stops with one line (CELERY_HA_EMBEDDED=1 lets any command start it). Start with
+    `celery-ha demo`, run with `celery-ha up`.
     """
     ctx.obj = CLIContext(redis_url_option=redis_url or None, namespace_option=namespace or None)
 

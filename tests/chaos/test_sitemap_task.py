@@ -102,8 +102,7 @@ def test_an_unreadable_lastmod_completes_and_bad_meta_fails_at_once(make_cluster
     site.routes["/s.xml"] = Route(lambda: urlset(
         (f"{u}/p/{i}", "2024-01-01T10:00:00+24:00" if i == 150 else "2024-01-01") for i in range(250)))
     site.routes["/t.xml"] = Route(lambda: urlset((f"{u}/t/{i}", None) for i in range(5)))
-    cluster = make_cluster(CELERY_HA_LEASE_TTL="30", CELERY_HA_HEARTBEAT_INTERVAL="1",
-                           CELERY_HA_RETRY_BACKOFF_BASE="0.2", CELERY_HA_RETRY_BACKOFF_MAX="0.5")
+    cluster = make_cluster(CELERY_HA_LEASE_TTL="30", CELERY_HA_HEARTBEAT_INTERVAL="1")
     cluster.worker("w1", concurrency=2)
     good = cluster.q.enqueue(f"{u}/s.xml", task="sitemap", max_attempts=3,
                              meta={"child_task": "test_noop", "batch_size": 100})

@@ -27,11 +27,12 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import redis
 
 from celery_ha.base.errors import ConfigurationError
+from celery_ha.base.masking import mask_url
 from celery_ha.base.namespace_lists import MAX_SERVED_NAMESPACES, matches_namespace_pattern
 from celery_ha.base.per_process import PerProcess
 from celery_ha.base.settings import Settings
@@ -89,11 +90,30 @@ def configure(settings: Settings) -> None:
     ``init_app(app, **settings)`` calls it. One configuration per process: services are per process,
     so a second, different one is refused instead of half-applied."""
     if _configured and _configured[0] != settings:
-        raise ConfigurationError("celery-ha is already attached with other settings in this process "
-                                 f"({_configured[0]!r}); one celery-ha configuration per process")
+        raise ConfigurationError("celery-ha is already attached with other settings in this process ("
+                                 + settings_difference(_configured[0], settings)
+                                 + "); one celery-ha configuration per process")
     if not _configured:
         _configured.append(settings)
         _services.reset()
+
+
+def settings_difference(before: Settings, after: Settings) -> str:
+    """The fields two settings differ in, with both values (URLs masked; a secret by name only):
+    ``namespace 'shop' -> 'news', lease_ttl 30.0 -> 10.0``."""
+    shown = []
+    for f in fields(Settings):
+        old, new = getattr(before, f.name), getattr(after, f.name)
+        if old == new:
+            continue
+        if not f.repr:  # a password: named, never shown
+            shown.append(f"{f.name} (secret)")
+        else:
+            show = [repr(mask_url(v)) if isinstance(v, str) else repr(v) for v in (old, new)]
+            masked_alike = show[0] == show[1]  # URLs that differ in their credentials only
+            shown.append(f"{f.name} {show[0]} (other credentials)" if masked_alike
+                         else f"{f.name} {show[0]} -> {show[1]}")
+    return ", ".join(shown)
 
 
 def process_settings() -> Settings:

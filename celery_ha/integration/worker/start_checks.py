@@ -3,8 +3,10 @@
 A setting that can only fail later would otherwise fail badly: an extra task module that does not
 exist stops Celery with a traceback (:func:`missing_modules`, used when the configuration is read); a
 shard count other than the namespace's lets the worker start,
-show as alive, and refuse every pump for ever ("pump failed" at each sweep); a worker started with
-``-Q`` for the team's own queues counts as a live worker of the namespace and runs none of its tasks.
+show as alive, and refuse every pump for ever ("pump failed" at each sweep); a state Redis that
+refuses the credentials lets it report "ready" and fail at every heartbeat; a worker started with
+``-Q`` for the team's own queues runs none of the namespace's tasks (it is told so; it does not count
+as one of the namespace's workers).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import redis
 from celery.utils.imports import cwd_in_path
 
 from celery_ha.base.errors import ConfigurationError
+from celery_ha.base.masking import mask_url
 from celery_ha.integration.core.queues import CRAWL, broker_queue
 from celery_ha.integration.core.services import Services
 from celery_ha.state.shards import check_count
@@ -41,15 +44,23 @@ def missing_modules(names: str) -> list[str]:
 
 
 def start_refusal(served: Iterable[Services]) -> str | None:
-    """The one line a worker or beat stops with, or None: a shard count that differs from the one a
-    namespace holds its tasks in (checked now, not at the first pump; an unreachable Redis is left to
-    the process's own retries). A missing extra task module is refused earlier, when the app's
-    configuration is read (celery_app/attach.py): Celery imports them before any signal."""
+    """The one line a worker or beat stops with, or None: a state Redis that refuses the credentials
+    (or, under ACLs, celery-ha's commands) — a configuration error no retry mends; a shard count that
+    differs from the one a namespace holds its tasks in (checked now, not at the first pump). An
+    unreachable Redis is left to the process's own retries. A missing extra task module or state Redis
+    URL is refused earlier, when the app's configuration is read (celery_app/attach.py): Celery imports
+    the task modules before any signal."""
     for rt in served:
         try:
             check_count(rt.client, rt.queue.namespace, rt.queue.shard_count)
         except ConfigurationError as exc:
             return str(exc)
+        except redis.AuthenticationError as exc:
+            return (f"the state Redis at {mask_url(rt.redis_url)} refused the credentials: {exc} (check the "
+                    "user and password of CELERY_HA_REDIS_URL, or init_app's redis_url)")
+        except redis.exceptions.NoPermissionError as exc:
+            return (f"the state Redis at {mask_url(rt.redis_url)} refused celery-ha's commands to this "
+                    f"user: {exc} (its ACL must allow them)")
         except redis.RedisError as exc:
             log.warning("could not check namespace %r's shard count now: %s", rt.queue.namespace, exc)
     return None
@@ -62,6 +73,8 @@ def queue_warnings(served: Iterable[Services], options: dict[str, Any] | None) -
         return []
     names = set(chosen.split(",") if isinstance(chosen, str) else chosen)
     return [f"this worker consumes none of namespace {rt.settings.namespace!r}'s durable tasks: -Q "
-            f"{','.join(sorted(names))} leaves out {broker_queue(rt.settings.namespace, CRAWL)!r} (add it, "
-            f"or start this worker without CELERY_HA_NAMESPACE)"
+            f"{','.join(sorted(names))} leaves out {broker_queue(rt.settings.namespace, CRAWL)!r} (the "
+            "namespace of CELERY_HA_NAMESPACE or init_app(namespace=...)): add it to -Q for this worker to "
+            "run them; a worker meant for your other queues only may ignore this, it does not count as "
+            "a worker of the namespace"
             for rt in served if broker_queue(rt.settings.namespace, CRAWL) not in names]

@@ -390,8 +390,11 @@ end
 -- completed (`done`), failed, handed back, reclaimed or cancelled. The host may be eligible again.
 -- `unused`: a dispatched task goes back to its queue unstarted (grant: its host was blocked since),
 -- so its hand-out is given back to the budget too: it is counted when it goes out again. `id` and
--- `token` (a release or a reclaim: its holder may have died mid-request): the task and its lease,
--- whose request still unreported holds the slot until it can no longer be in flight (host_hold).
+-- `token` (a release, a reclaim, a failure, a cancel of a running task: its holder may have died, been
+-- cut by a time limit or be still running mid-request): the task and its lease, whose request still
+-- unreported holds the slot until it can no longer be in flight (host_hold). A completion passes
+-- none: its requests were reported (the fetcher's 'start'); one whose code caught what cut a request
+-- frees the slot at once, its mark left to go with its own time (host_sweep).
 local function host_end(h, now, done, dispatched, unused, id, token)
   local hs = host_load(h)
   local fields = {'a', tostring(math.max(0, n0(hs.a) - 1))}

@@ -36,7 +36,9 @@ elseif was == 'w' then
   st.due = nil
 elseif was == 'r' then
   redis.call('ZREM', K_RUNNING, id)
-  if st.h then host_end(st.h, now_ms()) end
+  -- Its holder may be mid-request (it stops at its next fenced write): the slot stays held while
+  -- that request, unreported, may be in flight (host_end's hold, under a concurrency limit).
+  if st.h then host_end(st.h, now_ms(), false, false, false, id, st.k) end
   st.w = nil
 end
 to_dead(id, st, now_ms(), 'cancelled: ' .. ARGV[3], payload, true)

@@ -18,7 +18,8 @@
     the bitmap dk) it may touch are
     named from ARGV[1], the prefix every KEYS entry starts with (its {hash tag} included), so they
     share KEYS[1]'s slot (_common checks it). The next task must be on the same shard (the caller
-    checks).
+    checks). tg's field mv (state/migrate_marks.py) closes the shard: a migration moved (or is moving)
+    its tasks to another namespace; the completion stands, the next task is refused (R_UNKNOWN).
   ARGV[1]  namespace prefix
   ARGV[2]  task id
   ARGV[3]  fencing token
@@ -35,10 +36,17 @@
     R_DELAYED, R_COMPLETED, R_DEAD
 ]]
 --#include _common
+-- The record geometry that the fencing check's load() reads first (_records.lua's rec_geometry), read
+-- here with the shard's migration mark (as claim.lua reads it): no extra command. A worker frozen
+-- through a migration completes the task it held, and starts no other one here.
+local geometry = redis.call('HMGET', K_GEOM, 'l', 's', 'mv')
+rec_level, rec_split = tonumber(geometry[1]) or 0, tonumber(geometry[2]) or 0
+rec_mod = 2 ^ rec_level
 local now = now_ms()
 local added, refusal = complete_with_items(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), now,
   ARGV[6], 10)
 if not added then return refusal end
+if geometry[3] then return {added, R_UNKNOWN} end
 local st, payload = load(ARGV[7])
 if not st then return {added, R_UNKNOWN} end
 return {added, grant(ARGV[7], st, payload, ARGV[8], tonumber(ARGV[9]), now, false)}

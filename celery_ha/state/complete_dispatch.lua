@@ -18,7 +18,9 @@
     remembers a dedup id with its completion hour (_remembered.lua: d:<3 chars> or d:~; its bit in
     the bitmap dk) it may touch are
     named from ARGV[1], the prefix every KEYS entry starts with (its {hash tag} included), so they
-    share KEYS[1]'s slot (_common checks it).
+    share KEYS[1]'s slot (_common checks it). tg's field mv (state/migrate_marks.py) closes the shard:
+    a migration moved (or is moving) its tasks to another namespace; the completion stands, nothing
+    is refilled (no task of it goes out again here).
   ARGV[1] namespace prefix
   ARGV[2] task id
   ARGV[3] fencing token
@@ -43,13 +45,18 @@
 --#include _common
 --#include _dispatch
 --#include _push
+-- The record geometry that the fencing check's load() reads first (_records.lua's rec_geometry), read
+-- here with the shard's migration mark (as claim.lua reads it): no extra command.
+local geometry = redis.call('HMGET', K_GEOM, 'l', 's', 'mv')
+rec_level, rec_split = tonumber(geometry[1]) or 0, tonumber(geometry[2]) or 0
+rec_mod = 2 ^ rec_level
 local now = now_ms()
 local push_to = 11 + tonumber(ARGV[11])
 local items_from = push_to + 1
 local added, refusal = complete_with_items(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), now,
   ARGV[9], items_from)
 if not added then return refusal end
-if ARGV[6] == '' then return {added, {}, 0, false, false} end
+if ARGV[6] == '' or geometry[3] then return {added, {}, 0, false, false} end
 local out = fill_window(now, tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8])
 local wait = false
 if ARGV[10] == '1' then

@@ -27,7 +27,10 @@ local st, payload, refusal = fenced(id, ARGV[3])
 if refusal then return refusal end
 local now = now_ms()
 redis.call('ZREM', K_RUNNING, id)
-if st.h then host_end(st.h, now) end
+-- A request it let go and never reported over (a soft time limit cut it mid-request) may still be in
+-- flight: under a concurrency limit the host's slot stays held until it can no longer be (host_end's
+-- hold, as for a release or a reclaim).
+if st.h then host_end(st.h, now, false, false, false, id, st.k) end
 local attempts = (tonumber(st.a) or 0) + 1
 st.a = tostring(attempts)
 st.e = ARGV[4]

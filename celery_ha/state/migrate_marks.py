@@ -55,6 +55,18 @@ def moved_to(client: redis.Redis, namespace: str) -> str | None:
     return moved or moving
 
 
+#: The field of the meta hash that pauses a namespace (``state/pause.py``, which imports this module).
+PAUSED = "paused"
+
+
+def pump_marks(client: redis.Redis, namespace: str) -> tuple[bool, str | None]:
+    """Whether ``namespace`` is paused, and :func:`moved_to`, in one read: what a pump reads once per
+    heartbeat interval (``integration/dispatch/pump.py``), which dispatches nothing of a namespace a
+    migration moved away or is moving, not even a re-send of a dispatched task (its claim is refused)."""
+    since, moved, moving = client.hmget(QueueKeys(namespace).meta, [PAUSED, MIGRATED_TO, MIGRATING_TO])
+    return bool(since), _text(moved) or _text(moving)
+
+
 def dropped_for(client: redis.Redis, namespace: str) -> str | None:
     """:func:`moved_to`, for the line of a worker that drops a message its claim refused: None also
     when Redis cannot say now (the message is dropped all the same)."""

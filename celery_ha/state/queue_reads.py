@@ -15,6 +15,7 @@ from celery_ha.state.counts import ready_ids
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.records import TaskInfo
 from celery_ha.state.replies import Refusal, raise_for
+from celery_ha.state.run_sum import take_items_sum
 from celery_ha.state.sharded import dead_page, records, summed_stats
 from celery_ha.state.shards import check_count, shard_of
 
@@ -80,7 +81,11 @@ class QueueReads:
         task_id = _task_id(task_id)
         self._ensure_layout()
         raw = self.client.hget(self._shards[self._of(task_id)].checkpoints, task_id)
-        return json.loads(raw) if raw else None
+        if not raw:
+            return None
+        checkpoint = json.loads(raw)
+        take_items_sum(checkpoint)  # the run's reserved field (state/run_sum.py): not the task's
+        return checkpoint
 
     def stats(self) -> dict[str, int]:
         """Counts per state plus lifetime counters, read in two round trips."""

@@ -53,6 +53,7 @@ from celery_ha.state.operator_ops import OperatorOps
 from celery_ha.state.queue_reads import QueueReads, _task_id
 from celery_ha.state.records import Dispatched, Lease
 from celery_ha.state.replies import lease_from, raise_for, refused
+from celery_ha.state.run_sum import with_items_sum
 from celery_ha.state.schedules import ScheduleOps
 from celery_ha.state.sharded import dispatch_shards, rotation
 from celery_ha.state.shards import MAX_SHARDS, shard_keys
@@ -270,16 +271,19 @@ class TaskQueue(EnqueueOps, QueueReads, OperatorOps, CompletionOps, ScheduleOps)
         lease.checkpoint = json.loads(text)
 
     def commit(self, lease: Lease, items: Iterable[tuple[str, Mapping[str, Any]]],
-               checkpoint: Mapping[str, Any] | None = None) -> int:
+               checkpoint: Mapping[str, Any] | None = None, *, items_sum: int | None = None) -> int:
         """Store keyed output items and (optionally) the checkpoint in one fenced step.
 
         A key the sink already holds is ignored, so re-running a page never doubles its output.
         Returns how many items were new; raises LeaseLost (and writes nothing) if the lease is lost.
+        ``items_sum``: the run's items digest so far, stored inside the checkpoint under a reserved
+        field (``state/run_sum.py``; the cap applies to the checkpoint as given).
         """
         task_id, token = lease_ids(lease)
-        args: list[Any] = [task_id, token,
-                           "" if checkpoint is None else dumps_capped("checkpoint", checkpoint,
-                                                                      self.checkpoint_cap)]
+        text = "" if checkpoint is None else dumps_capped("checkpoint", checkpoint, self.checkpoint_cap)
+        if text and items_sum is not None:
+            text = with_items_sum(text, items_sum)
+        args: list[Any] = [task_id, token, text]
         args += item_args(items)
         shard = self._of(task_id)
         k = self._shards[shard]

@@ -70,10 +70,11 @@ def test_resume_refuses_a_migrated_or_migrating_source_and_reopens_an_abandoned_
         redis_url: str, r: redis.Redis) -> None:
     src, dispatched = _source(redis_url, tasks=3000)
 
-    class _WorkedOn(Migration):  # a standalone worker completes a task meanwhile: the migration stays open
+    more = iter(range(7, 10_000))  # six are dispatched already: the window grows by one a page
+
+    class _WorkedOn(Migration):  # a pump not yet paused dispatches meanwhile: the migration stays open
         def _import_page(self, page: list, k: QueueKeys) -> None:  # type: ignore[type-arg]
-            if (lease := src.claim_next("standalone")) is not None:
-                src.complete(lease)
+            src.dispatch(next(more))
             super()._import_page(page, k)
 
     assert _WorkedOn(r, "src", "dst", 3).run().unseen > 0

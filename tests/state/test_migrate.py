@@ -289,16 +289,18 @@ def test_a_namespace_migrated_away_refuses_new_tasks_naming_the_new_one(redis_ur
 
 
 class _WorkedOn(Migration):
-    """A migration while a standalone worker (no heartbeat) still works on the source: it claims and
-    completes a task between each two pages the migration reads (deterministic, as a test needs)."""
+    """A migration while something still changes the source: a pump that has not read the pause flag
+    yet dispatches a task between each two pages the migration reads (deterministic, as a test needs;
+    a claim there is refused from the migration's start)."""
 
     def __init__(self, worker: TaskQueue, *args: object) -> None:
         super().__init__(*args)  # type: ignore[arg-type]
         self.worker = worker
+        self.window = 0
 
     def _import_page(self, page: list, k: QueueKeys) -> None:  # type: ignore[type-arg]
-        if (lease := self.worker.claim_next("standalone")) is not None:
-            self.worker.complete(lease)
+        self.window += 1  # one more dispatched at each page
+        self.worker.dispatch(self.window)  # a pump of the source whose pause flag is not read yet
         super()._import_page(page, k)
 
 
@@ -309,8 +311,8 @@ def _urls(r: redis.Redis, namespace: str) -> set[str]:
 
 def test_a_source_worked_on_while_read_stays_open_and_a_run_after_takes_every_task(
         redis_url: str, r: redis.Redis) -> None:
-    """A claim pops the head of the band the first pass pages through, and the task it took is then
-    read twice (queued, then completed): the counts add up while tasks are missing. The migration
+    """A dispatch pops the head of the band the first pass pages through, and the task it took is then
+    read twice (queued, then dispatched): the counts add up while tasks are missing. The migration
     must not finish (nor mark the source), and the run after the worker stopped must take all."""
     src = TaskQueue.from_url(redis_url, "busy")
     src.enqueue_many([f"http://{HOSTS[i % 5]}/b/{i}" for i in range(3000)])

@@ -12,6 +12,11 @@ after every pump and every completion) that pumps then. A completion refills the
 script (``complete_dispatch.lua``, the same fill as ``dispatch.lua``) and only sends what that
 returned (``integration/dispatch/sender.py``). Safe to call from many processes at once: dispatch is atomic,
 and a duplicate message is dropped by the claim.
+
+A namespace that ``celery-ha migrate`` moved away (or is moving) is pumped no more, read with the
+pause flag (:func:`celery_ha.state.migrate_marks.pump_marks`): its tasks run in the target, and every
+message of the source would be dropped by its claim, so a worker still serving it by name would
+otherwise re-send its dispatched tasks every ``CELERY_HA_REDISPATCH_AFTER`` only to drop them again.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from celery_ha.integration.dispatch.broker import waiting_ids
 from celery_ha.integration.dispatch.publisher import HeldProducer, batch_time_limits, publish_ids
 from celery_ha.state import Dispatched, TaskQueue
 from celery_ha.state.list_push import message_priority
-from celery_ha.state.pause import paused
+from celery_ha.state.migrate_marks import pump_marks
 from celery_ha.state.worker_registry import alive_count
 
 log = logging.getLogger(__name__)
@@ -46,21 +51,26 @@ def celery_priority(priority: int) -> int:
 
 
 class _WindowCache:
-    """The live-worker count behind the window and the namespace's pause flag, read at most once
-    per heartbeat interval per process: the pump runs after every task, and reading them each time
-    cost three round trips per task for figures that change only when workers come or go, or when
-    an operator pauses the crawl."""
+    """The live-worker count behind the window and the namespace's pause flag and migration marks,
+    read at most once per heartbeat interval per process: the pump runs after every task, and reading
+    them each time cost three round trips per task for figures that change only when workers come or
+    go, or when an operator pauses or migrates the crawl."""
 
     def __init__(self) -> None:
         self.alive = 0
         self.paused = False
+        self.moved: str | None = None  # where a migration moved (or is moving) the namespace's tasks
         self.gated = False  # the namespace's host gate is on (read with the rest)
         self.until = 0.0
 
     def refresh(self, q: TaskQueue, settings: Settings) -> _WindowCache:
         now = time.monotonic()
         if now >= self.until:
-            self.paused = paused(q.client, q.namespace) is not None
+            self.paused, moved = pump_marks(q.client, q.namespace)
+            if moved is not None and self.moved is None:
+                log.warning("namespace %r was migrated to %r (celery-ha migrate): nothing of it is "
+                            "dispatched or sent again here; serve %r instead", q.namespace, moved, moved)
+            self.moved = moved
             self.gated = q.host_gate or q.hosts.enabled()
             self.alive = 0 if settings.window > 0 else alive_count(
                 q.client, q.namespace, max_age=max(settings.lease_ttl, 3 * settings.heartbeat_interval))
@@ -87,11 +97,17 @@ def effective_window(q: TaskQueue, settings: Settings) -> int:
     live workers (at least 2) x the largest ``CELERY_HA_BATCH``, so every pool process has a
     second message waiting behind the one it runs."""
     current = _window(q).refresh(q, settings)
-    if current.paused:
+    if current.paused or current.moved is not None:
         return 0
     if settings.window > 0:
         return settings.window
     return max(2, 2 * current.alive) * settings.largest_batch
+
+
+def moved_away(q: TaskQueue, settings: Settings) -> bool:
+    """Whether a migration moved ``q``'s namespace away, or is moving it (as this process last read
+    it, once per heartbeat interval, with the window): nothing of it is dispatched or sent."""
+    return _window(q).refresh(q, settings).moved is not None
 
 
 def message_id(task_id: str) -> str:
@@ -136,7 +152,10 @@ def pump(q: TaskQueue, app: Any, settings: Settings, window: int | None = None,
     """Dispatch up to the window and send the messages; returns how many were sent.
 
     ``redispatch_after`` overrides ``CELERY_HA_REDISPATCH_AFTER`` (one call re-sends at most
-    STALE_PER_CALL stale tasks per shard: :func:`resend_dispatched` re-sends them all)."""
+    STALE_PER_CALL stale tasks per shard: :func:`resend_dispatched` re-sends them all). Nothing for a
+    namespace a migration moved away (see the module docstring)."""
+    if moved_away(q, settings):
+        return 0
     size = window if window is not None else effective_window(q, settings)
     after = settings.redispatch_after if redispatch_after is None else redispatch_after
     batch = q.dispatch(size, redispatch_after=after)
@@ -159,6 +178,8 @@ def resend_dispatched(q: TaskQueue, app: Any, settings: Settings, rounds: int = 
     clock read here, so the margin covers it (a task re-stamped in an earlier call and taken again
     gets one more message, which the claim drops); past ``rounds`` calls the redispatch timeout
     covers the rest."""
+    if moved_away(q, settings):
+        return 0
     started = time.monotonic()
     sent, longest = 0, 0.0
     for _ in range(rounds):
@@ -175,6 +196,8 @@ def resend_dispatched(q: TaskQueue, app: Any, settings: Settings, rounds: int = 
 def resend_waiting(app: Any, rt: Services, task_ids: list[str]) -> int:
     """Send again, at once, those of ``task_ids`` that still wait for their claim (dispatched): the
     rest of a batch whose pool process stopped or died before reaching them."""
+    if moved_away(rt.queue, rt.settings):
+        return 0
     waiting = [Dispatched(info.id, info.task, info.priority, False)
                for info in rt.queue.get_many(task_ids) if info is not None and info.state == "dispatched"]
     return send(app, rt.settings.namespace, waiting, rt.settings) if waiting else 0
@@ -187,6 +210,8 @@ def refill_window(rt: Services) -> int | None:
     if rt.queue.shard_count > 1:
         return None
     try:
+        if moved_away(rt.queue, rt.settings):
+            return None  # its pump sends nothing either
         return effective_window(rt.queue, rt.settings)
     except Exception as exc:
         log.warning("could not read the window (the pump after the task tries again): %s", exc)
@@ -233,7 +258,8 @@ class _HostTimer:
 
     def arm(self, app: Any, rt: Services, wait: tuple[int, int | None] | None = None) -> None:
         q = rt.queue
-        if not _window(q).refresh(q, rt.settings).gated:
+        cache = _window(q).refresh(q, rt.settings)
+        if not cache.gated or cache.moved is not None:
             return
         if wait is not None:  # read by the completion's script (one shard): no round trip here
             now_ms, head = wait

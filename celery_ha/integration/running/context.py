@@ -30,6 +30,7 @@ from celery_ha.state import Dispatched, Lease, TaskInfo
 from celery_ha.state.lease_gate import LeaseGate
 from celery_ha.state.list_push import ListPush
 from celery_ha.state.records import TaskState
+from celery_ha.state.run_sum import ITEMS_SUM, take_items_sum
 from celery_ha.state.sink import item_key
 
 #: Seconds of a lease's certain hold (``Lease.held_until``) a request to another host leaves unused:
@@ -71,8 +72,13 @@ class DurableContext:
         self.host_wait: tuple[int, int | None] | None = None
         # Conditional requests of the task's own page (fetch/conditional.py), made at its first fetch
         self._page: PageValidators | None = None
-        # Order-independent digest of the items emitted in this run (ctx.signature() with no data)
-        self._items_sum = 0
+        # Order-independent digest of the items of this run (ctx.signature() with no data): those of
+        # the attempts before its checkpoint come back with it (state/run_sum.py), so a resumed run
+        # signs every item of the run, as a run from the start would. A checkpoint without the sum
+        # (an earlier release's) leaves the items before it unknown: no signature of items then.
+        restored = take_items_sum(lease.checkpoint)
+        self._items_sum = restored or 0
+        self._sum_known = lease.checkpoint is None or restored is not None
         self._signed: bool | None = None  # ctx.signature()'s verdict: changed since the last run
 
     # ------------------------------------------------------------------ input
@@ -179,9 +185,14 @@ class DurableContext:
         next interval grows when the signature equals the previous run's and shrinks when not.
         ``data``: what identifies the content (the page body as bytes or str, or any JSON value —
         leave out what changes on every visit, such as timestamps); None signs the items emitted
-        so far in this run, whatever their order. Returns whether it changed since the previous
-        run (None: the task had no signature before)."""
+        so far in this run, whatever their order (a run resumed from its checkpoint counts the items
+        emitted before it too). Returns whether it changed since the previous run (None: the task
+        had no signature before; or, signing items, the run resumed from a checkpoint saved by a
+        release before the checkpoint kept their sum: no verdict, the schedule's interval stays)."""
         if data is None:
+            if not self._sum_known:
+                self._signed = None
+                return None
             digest = self._items_sum.to_bytes(8, "big")
         else:
             if isinstance(data, str):
@@ -283,6 +294,8 @@ class DurableContext:
         if not isinstance(checkpoint, Mapping):
             raise InvalidInput(f"checkpoint must be a JSON object (dict), got {type(checkpoint).__name__}")
         checkpoint = dict(checkpoint)
+        if ITEMS_SUM in checkpoint:
+            raise InvalidInput(f"checkpoint key {ITEMS_SUM!r} is reserved (the run's items digest)")
         # Refuse a bad checkpoint before the buffered children are written: a refusal writes nothing.
         dumps_capped("checkpoint", checkpoint, self._rt.queue.checkpoint_cap)
         self._commit(checkpoint)
@@ -343,7 +356,10 @@ class DurableContext:
         if not self._items and checkpoint is None:
             return
         try:
-            self.committed += self._rt.queue.commit(self.lease, self._items, checkpoint)
+            # With a checkpoint, the sum of every item emitted up to it (stored inside it): what a run
+            # resumed from it starts from. A commit without one leaves the stored sum as it is.
+            self.committed += self._rt.queue.commit(self.lease, self._items, checkpoint,
+                                                    items_sum=self._items_sum)
         except LeaseLost as exc:
             self.mark_lost(str(exc))
             raise

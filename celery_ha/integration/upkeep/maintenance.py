@@ -11,7 +11,7 @@ import logging
 from typing import Any
 
 from celery_ha.integration.core.services import Services, services
-from celery_ha.integration.dispatch.pump import pump, resend_dispatched
+from celery_ha.integration.dispatch.pump import arm_host_timer, pump, resend_dispatched
 from celery_ha.integration.upkeep.broker_epoch import broker_lost_messages
 from celery_ha.proxy import ProxyPool, check_proxies
 from celery_ha.redisio.clock import redis_now_ms
@@ -79,6 +79,10 @@ def sweep(app: Any, rt: Services | None = None, source: str = "beat") -> dict[st
         elif silent:
             log.warning("sweep (%s): a worker process stopped beating: dispatched tasks whose message is "
                         "not in the broker were sent again (%d sent)", source, sent)
+        # A host the sweep's pump had to pass over (a slot the reclaim held for a request that may
+        # still be in flight, a spacing, a block) may hand out its task at a time no event marks: this
+        # process pumps then, as after any other pump, rather than the next sweep.
+        arm_host_timer(app, rt)
         rt.client.hset(keys.meta, mapping={"last_sweep": now, "last_sweep_by": f"{source}:{rt.worker_name}"})
         prune(rt.client, s.namespace, older_than=max(60.0, 10 * s.lease_ttl))
         forgotten = rt.queue.forget_finished()  # dedup ids past CELERY_HA_DEDUP_TTL, bounded per sweep

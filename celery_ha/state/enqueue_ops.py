@@ -4,12 +4,25 @@
 ``SCRIPT_BATCH`` rows, one round trip per shard a batch touches. The server decides dedup
 atomically; a host key made under a key mode no longer in force is refused by the script and the
 rows are keyed again (the mode changed while this process held an old copy).
+
+``enqueue`` and ``enqueue_many`` refuse a task name that the namespace's live workers do not run as
+a ``@durable_task`` (a plain Celery task's name, a typo), as ``celery-ha enqueue`` does: such a task
+would never run (or, for a plain task's name, the worker refuses its message and the task ends
+dead). The names are those the workers registered (``state/worker_registry.py``), read in one round
+trip once per KNOWN_TASKS_TTL per queue object, and again when a name is missing; the queue's
+``default_task`` (configuration, ``fetch_page`` unless set) costs no read. With no live worker any
+name is accepted (enqueueing ahead of a deployment), and ``allow_unknown_task=True`` accepts one the
+workers do not run yet. ``enqueue_many_with_status`` does not check: ``celery-ha enqueue`` and
+sitemap ingestion, which call it, check the name themselves, with their own override.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import redis
@@ -18,6 +31,7 @@ from celery_ha.base.errors import ConfigurationError, InvalidInput
 from celery_ha.base.tracing import capture
 from celery_ha.base.urls import UrlRules
 from celery_ha.base.validation import shown
+from celery_ha.redisio.cluster import is_cluster_client
 from celery_ha.state.carried import (
     ANCESTORS_FIELD,
     Carry,
@@ -44,6 +58,7 @@ from celery_ha.state.namespaces import register
 from celery_ha.state.operator_ops import expiry_ms
 from celery_ha.state.sharded import by_shard
 from celery_ha.state.url_rules import check_rules_reading, set_rules
+from celery_ha.state.worker_registry import split_worker
 
 #: Seconds a queue goes on with the carried ancestors it read before reading them again.
 CARRY_TTL = 60.0
@@ -52,6 +67,23 @@ MIGRATED_TO = "migrated_to"
 #: The meta fields of a namespace's migration lineage, read together (state/carried.py), and where
 #: it was migrated to, if it was.
 LINEAGE = (CARRY_FIELD, ANCESTORS_FIELD, MIGRATED_TO)
+#: Seconds a queue goes on with the task names of the live workers it read before reading them again
+#: (a name it does not find there is read again at once: a worker that just started may run it).
+KNOWN_TASKS_TTL = 30.0
+
+_unchecked: ContextVar[bool] = ContextVar("celery_ha_task_names_unchecked", default=False)
+
+
+@contextmanager
+def task_names_unchecked() -> Iterator[None]:
+    """Within it, ``enqueue`` and ``enqueue_many`` do not check task names against the live workers:
+    the runner of a durable task holds it, since the children a task queues are written at its
+    checkpoint or completion, where a refusal would fail celery-ha's own step, not the task's call."""
+    token = _unchecked.set(True)
+    try:
+        yield
+    finally:
+        _unchecked.reset(token)
 
 
 class EnqueueOps:
@@ -79,28 +111,36 @@ class EnqueueOps:
     _key_mode_at: float
     _run: Callable[..., Any]
     hosts: HostGate  # TaskQueue's property (a gate made on each use)
+    lease_ttl: float
+    # The task names the namespace's live workers run (None: no live worker), and when they were
+    # read (monotonic); class defaults until the first read.
+    _known_tasks: set[str] | None = None
+    _known_tasks_at: float = float("-inf")
 
     def enqueue(self, url: str, task: str | None = None, priority: int = 0,
                 meta: Mapping[str, Any] | None = None, dedup: bool = True,
                 max_attempts: int | None = None, max_stalls: int | None = None,
-                recrawl_after: float | str | None = None, host: str | None = None) -> str:
+                recrawl_after: float | str | None = None, host: str | None = None,
+                allow_unknown_task: bool = False) -> str:
         """Queue one task and return its id; a duplicate (same task + canonical URL, live or finished
         less than ``recrawl_after`` ago, default the queue's ``dedup_ttl``) returns the existing id and
         counts in ``stats()['duplicates']``. ``host``: the task's host key for the host gate (default
-        the URL's host; "" = none)."""
+        the URL's host; "" = none). InvalidInput when live workers of the namespace run no durable
+        task named ``task`` (a plain Celery task's name, a typo), unless ``allow_unknown_task``."""
         return self.enqueue_many([{"url": url, "task": task, "priority": priority, "meta": meta,
                                    "dedup": dedup, "max_attempts": max_attempts,
-                                   "max_stalls": max_stalls, "host": host}], recrawl_after=recrawl_after)[0]
+                                   "max_stalls": max_stalls, "host": host}], recrawl_after=recrawl_after,
+                                 allow_unknown_task=allow_unknown_task)[0]
 
     def enqueue_many(self, specs: Iterable[str | Mapping[str, Any]], *, task: str | None = None,
                      priority: int = 0, dedup: bool = True, batch_size: int = SCRIPT_BATCH,
-                     recrawl_after: float | str | None = None) -> list[str]:
+                     recrawl_after: float | str | None = None, allow_unknown_task: bool = False) -> list[str]:
         """Queue many tasks, one round trip per batch. Each spec is a URL or a dict with the keyword
-        arguments of :meth:`enqueue` (but ``recrawl_after``, which is the call's). Every spec is
-        validated before anything is written."""
-        return [tid for tid, _ in self.enqueue_many_with_status(
-            specs, task=task, priority=priority, dedup=dedup, batch_size=batch_size,
-            recrawl_after=recrawl_after)]
+        arguments of :meth:`enqueue` (but ``recrawl_after`` and ``allow_unknown_task``, which are the
+        call's). Every spec is validated, and every task name checked as :meth:`enqueue` does, before
+        anything is written."""
+        return [tid for tid, _ in self._enqueue(
+            specs, task, priority, dedup, batch_size, recrawl_after, check_names=not allow_unknown_task)]
 
     def task_ids(self, specs: Iterable[str | Mapping[str, Any]], *, task: str | None = None,
                  priority: int = 0, dedup: bool = True) -> list[str]:
@@ -196,7 +236,50 @@ class EnqueueOps:
         """Like :meth:`enqueue_many`, with each id paired with True when this call created the task
         (or started a new run of one finished ``recrawl_after`` ago) and False when it was a duplicate
         (decided atomically by the server, not by a pre-check; only the remembered URLs a migration
-        carried, ``state/carried.py``, are looked up before)."""
+        carried, ``state/carried.py``, are looked up before). Task names are not checked against the
+        live workers (the callers of this, ``celery-ha enqueue`` and sitemap ingestion, do)."""
+        return self._enqueue(specs, task, priority, dedup, batch_size, recrawl_after, check_names=False)
+
+    def _check_task_names(self, rows: list[Row]) -> None:
+        """Refuse rows naming a task the live workers do not run as durable (module docstring)."""
+        names = {row[3] for row in rows} - {self.default_task}  # the configured default costs no read
+        if not names or _unchecked.get():
+            return
+        now = time.monotonic()
+        known = self._known_tasks
+        if now - self._known_tasks_at > KNOWN_TASKS_TTL or (known is not None and not names <= known):
+            known = self._known_tasks = self._live_task_names()
+            self._known_tasks_at = now
+        missing = sorted(names - known) if known is not None else []
+        if missing:
+            raise InvalidInput(
+                f"task {missing[0]!r}: the live workers of namespace {self.namespace!r} run no @durable_task "
+                f"of that name (they run {', '.join(sorted(known or ())) or 'none'}); a plain Celery "
+                "task cannot be queued (decorate a function of ctx with @durable_task), and "
+                "allow_unknown_task=True queues a name they do not run yet (a deployment on its way)")
+
+    def _live_task_names(self) -> set[str] | None:
+        """What ``worker_registry.known_task_names`` reads (the task names the nodes with a pool
+        process that beat within ``lease_ttl`` registered; None when there are none), in one round
+        trip (two on a Redis Cluster): the registry's entries are few (one per pool process, one per
+        node)."""
+        cluster = is_cluster_client(self.client)  # whose pipelines take no TIME: one call more
+        pipe = self.client.pipeline(transaction=False)
+        if not cluster:
+            pipe.time()
+        pipe.zrange(self.keys.workers, 0, -1, withscores=True)
+        pipe.hgetall(self.keys.task_names)
+        replies = pipe.execute()
+        sec, usec = self.client.time() if cluster else replies.pop(0)
+        beats, registered = replies
+        cutoff = int(sec) * 1000 + int(usec) // 1000 - int(self.lease_ttl * 1000)
+        live = {split_worker(_text(name))[0] for name, at in beats if at >= cutoff}
+        names = [json.loads(raw) for node, raw in registered.items() if _text(node) in live and raw]
+        return set().union(*names) if names else None
+
+    def _enqueue(self, specs: Iterable[str | Mapping[str, Any]], task: str | None, priority: int,
+                 dedup: bool, batch_size: int, recrawl_after: float | str | None, check_names: bool
+                 ) -> list[tuple[str, bool]]:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int):
             raise InvalidInput(f"batch_size must be an integer, got {shown(batch_size)}")
         batch_size = max(1, min(batch_size, MAX_BATCH))
@@ -205,6 +288,8 @@ class EnqueueOps:
         # mode no longer in force (only while the gate is on, when they matter), so no read is paid.
         mode = self._key_mode or "host"
         rows = self._rows(specs, task, priority, dedup, mode)
+        if check_names:
+            self._check_task_names(rows)
         self._check_rules_once(rows)
         if rows:
             self._register_once()
@@ -259,3 +344,6 @@ class EnqueueOps:
                 pending = pending + again
         return [(row[0], created[i]) for i, row in enumerate(rows)]
 
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -12,6 +12,8 @@ breaks). Each has a test that fails when the behaviour it patches changes (tests
   layer's redispatch is its ack emulation).
 - ``quick_reconnect``: the worker's consumer retries a lost broker within a second, not 2 s, 4 s, ...
 - ``child_reaper``: a dead pool child is noticed within a quarter second instead of 5 s.
+- ``strategy_guard``: a consumer step that looks at a message of a plain task's name before Celery runs
+  it, so a durable task's message sent to a plain task is not run (``task_api/misuse.py``).
 - ``timeout_pid``: which pool process a hard time limit kills (read from Celery's call stack), so
   fast failover releases that process's leases only.
 

@@ -15,13 +15,21 @@ task's: an attempt counted (retry or dead), unless it is an infrastructure error
 handed back) or a lost lease. One raised by celery-ha's own code before or after the function (the
 completion's script, the script push, a publish) is a bug of celery-ha: logged once with its
 traceback and the task handed back without an attempt (:func:`_own_fault`). A failure to send the
-refill messages afterwards changes nothing of the outcome (the pump re-sends them).
+refill messages afterwards changes nothing of the outcome (the pump re-sends them). An
+``InvalidInput`` that the context's own checks raise on what the task's code hands it (an item that
+is no dict or holds a datetime, a checkpoint with a set, ...: :func:`_refused_input`) is a coding
+error that no retry mends: the task is dead at once, with the message.
+
+A message whose argument is no durable task id (a URL sent with ``send_task``, or by a client of an
+older release where ``.delay(url)`` was not refused) is dropped with a WARNING saying how durable
+tasks are queued, not with the INFO line of a duplicate message.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -30,7 +38,7 @@ from typing import Any
 import redis
 from celery.exceptions import Reject, SoftTimeLimitExceeded
 
-from celery_ha.base.errors import LeaseLost
+from celery_ha.base.errors import InvalidInput, LeaseLost
 from celery_ha.integration.core.services import Services, services, set_node
 from celery_ha.integration.core.task_errors import GracefulStop, HostNotReady, NotModified, is_permanent
 from celery_ha.integration.core.task_spec import DurableTask
@@ -43,12 +51,27 @@ from celery_ha.integration.running.graceful_stop import stop_handler
 from celery_ha.integration.running.infrastructure import is_infrastructure_error, with_patience
 from celery_ha.integration.running.lease_keeper import keeper
 from celery_ha.state import Dispatched, Lease
+from celery_ha.state.enqueue_ops import task_names_unchecked
+from celery_ha.state.ids import ALPHABET, ID_LEN
 from celery_ha.state.migrate_marks import dropped_for
 
 log = logging.getLogger(__name__)
 
 #: Seconds a message waits for Redis to take its claim before it goes back to the broker.
 CLAIM_PATIENCE = 5.0
+
+_TASK_ID = re.compile(f"[{re.escape(ALPHABET)}]{{{ID_LEN}}}")
+#: The context's methods that check what the task's code hands them before anything is written, and
+#: the writes they may go on to (a full buffer flushed, children queued): an InvalidInput raised in
+#: the first and not in the second is the task's coding error (:func:`_refused_input`).
+_CHECKS = frozenset(f.__code__ for f in (DurableContext.emit, DurableContext.save_checkpoint,
+                                         DurableContext.signature))
+_WRITES = frozenset(f.__code__ for f in (DurableContext._commit, DurableContext._flush_children))
+
+
+def looks_like_task_id(value: object) -> bool:
+    """Whether ``value`` has the shape of a durable task id (``state/ids.py``: 12 alphanumerics)."""
+    return isinstance(value, str) and _TASK_ID.fullmatch(value) is not None
 
 
 @dataclass(frozen=True)
@@ -75,9 +98,20 @@ def run_message(spec: DurableTask, celery_task: Any, task_id: str, *, refill: bo
     refills the window afterwards (a batch refills once, after its last task). A batch hands in the
     ``lease`` the previous task's completion claimed, and names the task after this one
     (``then_claim``): a completion without refill then claims it in the same script, and the
-    outcome carries its lease (``next_lease``)."""
-    with stop_handler().holding_lease():
+    outcome carries its lease (``next_lease``). The children the task queues are not checked
+    against the live workers' task names (``state/enqueue_ops.py``): they are written at a checkpoint
+    or at the completion, where a refusal would fail celery-ha's own step, not the task's call."""
+    with stop_handler().holding_lease(), task_names_unchecked():
         return _run_message(spec, celery_task, task_id, refill, lease, then_claim)
+
+
+def _not_an_id(spec: DurableTask, task_id: str) -> Outcome:
+    """Drop a message whose argument is no durable task id, saying how durable tasks are queued."""
+    log.warning("task %s: its message carries %r, not a durable task id: this looks like a URL passed to "
+                ".delay(): durable tasks are enqueued with TaskQueue.enqueue(url, task=%r) or `celery-ha "
+                "enqueue --task %s URL`, and the pump sends their messages; dropped", spec.name, task_id,
+                spec.name, spec.name)
+    return Outcome("dropped", task_id, detail="not a durable task id: durable tasks are enqueued, not sent")
 
 
 def _claim(rt: Services, task_id: str) -> Lease | None:
@@ -109,6 +143,8 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
         stop.install()
     rt = services()
     keep = keeper(celery_task.app)
+    if lease is None and "://" in task_id:  # no id has one: not worth a claim
+        return _not_an_id(spec, task_id)
     if lease is None:
         lease = _claim(rt, task_id)
     if lease is None:
@@ -116,6 +152,8 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
             log.warning("task %s: namespace %r was migrated to %r (celery-ha migrate): message dropped, the "
                         "task runs there", task_id, rt.queue.namespace, moved)
             return Outcome("dropped", task_id, detail=f"its namespace was migrated to {moved}")
+        if not looks_like_task_id(task_id):
+            return _not_an_id(spec, task_id)
         log.info("task %s is not claimable (duplicate or stale message): dropped", task_id)
         return Outcome("dropped", task_id, detail="duplicate or stale message: the task is not claimable")
     ctx = DurableContext(lease, rt, spec)
@@ -166,7 +204,8 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
         if is_infrastructure_error(exc):
             outcome = _hand_back(ctx, rt, f"Redis unavailable ({type(exc).__name__}: {exc})")
         elif in_task:
-            outcome = _fail(ctx, rt, f"{type(exc).__name__}: {exc}", retry=not is_permanent(exc))
+            outcome = _fail(ctx, rt, f"{type(exc).__name__}: {exc}",
+                            retry=not (is_permanent(exc) or _refused_input(exc)))
         else:
             outcome = _own_fault(ctx, rt, exc)
     finally:
@@ -181,6 +220,24 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
                       "after CELERY_HA_REDISPATCH_AFTER)", task_id)
     attempt.ended(outcome.kind, outcome.detail)
     return replace(outcome, next_lease=next_lease) if next_lease is not None else outcome
+
+
+def _refused_input(exc: BaseException) -> bool:
+    """Whether ``exc`` is an InvalidInput raised by the context's own check of what the task's code
+    handed it (``emit``, ``save_checkpoint``, ``signature``: a list for an item, a datetime or a set in
+    one), not by the write that may follow (a host key mode that keeps changing under the children's
+    enqueue) nor by anything else the task called (``ctx.fetch`` of a bad URL keeps its retries)."""
+    if not isinstance(exc, InvalidInput):
+        return False
+    checked = False
+    tb = exc.__traceback__
+    while tb is not None:  # outermost frame first
+        code = tb.tb_frame.f_code
+        if code in _WRITES:
+            return False
+        checked = checked or code in _CHECKS
+        tb = tb.tb_next
+    return checked
 
 
 def _own_fault(ctx: DurableContext, rt: Services, exc: Exception) -> Outcome:

@@ -13,24 +13,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import redis
-
-from celery_ha.base.settings import MAX_BATCH_IDS
 from celery_ha.integration.core.services import Services
 from celery_ha.integration.core.task_spec import REGISTRY
 from celery_ha.integration.dispatch.pump import pump_quietly
+from celery_ha.integration.task_api.misuse import argument_ids, fail_named
+
+__all__ = ["argument_ids", "on_unknown_task"]
 
 log = logging.getLogger(__name__)
-
-def argument_ids(message: Any) -> list[str]:
-    """The string arguments of a Celery message: a durable task's id, or a batch's ids; [] when the
-    message has none or its body cannot be read."""
-    try:
-        payload = message.payload  # protocol 2: (args, kwargs, embed); protocol 1: a dict
-        args = payload.get("args", ()) if isinstance(payload, dict) else payload[0]
-        return [a for a in args if isinstance(a, str)][:MAX_BATCH_IDS]  # no more than a batch carries
-    except Exception:  # a body this worker cannot decode: the Celery task id is all there is
-        return []
 
 
 def on_unknown_task(rt: Services, app: Any, name: str, message_id: str,
@@ -46,18 +36,9 @@ def on_unknown_task(rt: Services, app: Any, name: str, message_id: str,
 
 
 def _fail_one(rt: Services, name: str, durable_id: str) -> str | None:
-    try:
-        info = rt.queue.get(durable_id)
-        if info is None or info.task != name:  # another task's id, or a string argument of a foreign task
-            return None
-        lease = rt.queue.claim(durable_id, rt.worker_name)
-        if lease is None:
-            return None
-        known = ", ".join(sorted(REGISTRY)) or "none"
-        result = rt.queue.fail(lease, f"unknown task name {name!r}: this worker runs {known}", retry=True)
-    except redis.RedisError as exc:
-        log.warning("could not fail task %s of unknown name %r (it will be sent again): %s",
-                    durable_id, name, exc)
-        return None
-    log.warning("task %s names the unknown task %r: attempt counted (%s)", durable_id, name, result)
+    known = ", ".join(sorted(REGISTRY)) or "none"
+    result = fail_named(rt, name, durable_id, f"unknown task name {name!r}: this worker runs {known}",
+                        retry=True)
+    if result is not None:
+        log.warning("task %s names the unknown task %r: attempt counted (%s)", durable_id, name, result)
     return result

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,14 +30,6 @@ from tests.support.timed_site import TimedSite
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 EXTRA_IMPORTS = "tests.support.celery_tasks,tests.chaos.gate_tasks"
-
-
-@pytest.fixture
-def sites() -> Iterator[list[TimedSite]]:
-    made: list[TimedSite] = []
-    yield made
-    for s in made:
-        s.close()
 
 
 def _start(make_cluster: Any, site: TimedSite, n: int, timeout: list[float]) -> tuple[Cluster, list[str]]:

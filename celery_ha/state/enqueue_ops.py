@@ -18,7 +18,6 @@ sitemap ingestion, which call it, check the name themselves, with their own over
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -31,7 +30,6 @@ from celery_ha.base.errors import ConfigurationError, InvalidInput
 from celery_ha.base.tracing import capture
 from celery_ha.base.urls import UrlRules
 from celery_ha.base.validation import shown
-from celery_ha.redisio.cluster import is_cluster_client
 from celery_ha.state.carried import (
     ANCESTORS_FIELD,
     Carry,
@@ -58,7 +56,7 @@ from celery_ha.state.namespaces import register
 from celery_ha.state.operator_ops import expiry_ms
 from celery_ha.state.sharded import by_shard
 from celery_ha.state.url_rules import check_rules_reading, set_rules
-from celery_ha.state.worker_registry import split_worker
+from celery_ha.state.worker_registry import known_task_names
 
 #: Seconds a queue goes on with the carried ancestors it read before reading them again.
 CARRY_TTL = 60.0
@@ -248,7 +246,7 @@ class EnqueueOps:
         now = time.monotonic()
         known = self._known_tasks
         if now - self._known_tasks_at > KNOWN_TASKS_TTL or (known is not None and not names <= known):
-            known = self._known_tasks = self._live_task_names()
+            known = self._known_tasks = known_task_names(self.client, self.namespace, self.lease_ttl)
             self._known_tasks_at = now
         missing = sorted(names - known) if known is not None else []
         if missing:
@@ -257,25 +255,6 @@ class EnqueueOps:
                 f"of that name (they run {', '.join(sorted(known or ())) or 'none'}); a plain Celery "
                 "task cannot be queued (decorate a function of ctx with @durable_task), and "
                 "allow_unknown_task=True queues a name they do not run yet (a deployment on its way)")
-
-    def _live_task_names(self) -> set[str] | None:
-        """What ``worker_registry.known_task_names`` reads (the task names the nodes with a pool
-        process that beat within ``lease_ttl`` registered; None when there are none), in one round
-        trip (two on a Redis Cluster): the registry's entries are few (one per pool process, one per
-        node)."""
-        cluster = is_cluster_client(self.client)  # whose pipelines take no TIME: one call more
-        pipe = self.client.pipeline(transaction=False)
-        if not cluster:
-            pipe.time()
-        pipe.zrange(self.keys.workers, 0, -1, withscores=True)
-        pipe.hgetall(self.keys.task_names)
-        replies = pipe.execute()
-        sec, usec = self.client.time() if cluster else replies.pop(0)
-        beats, registered = replies
-        cutoff = int(sec) * 1000 + int(usec) // 1000 - int(self.lease_ttl * 1000)
-        live = {split_worker(_text(name))[0] for name, at in beats if at >= cutoff}
-        names = [json.loads(raw) for node, raw in registered.items() if _text(node) in live and raw]
-        return set().union(*names) if names else None
 
     def _enqueue(self, specs: Iterable[str | Mapping[str, Any]], task: str | None, priority: int,
                  dedup: bool, batch_size: int, recrawl_after: float | str | None, check_names: bool
@@ -344,6 +323,3 @@ class EnqueueOps:
                 pending = pending + again
         return [(row[0], created[i]) for i, row in enumerate(rows)]
 
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value

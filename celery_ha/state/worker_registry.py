@@ -15,6 +15,7 @@ from typing import Any
 import redis
 
 from celery_ha.redisio.clock import redis_now_ms
+from celery_ha.redisio.cluster import is_cluster_client
 from celery_ha.redisio.scripts import eval_script
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.record_store import read_records
@@ -121,15 +122,27 @@ def node_infos(client: redis.Redis, namespace: str, nodes: list[str]) -> dict[st
 def known_task_names(client: redis.Redis, namespace: str, max_age: float) -> set[str] | None:
     """The task names the live workers of ``namespace`` registered, or None when no live worker did
     (enqueueing ahead of a deployment is fine). A node counts as live while one of its pool processes
-    beat within ``max_age`` seconds."""
+    beat within ``max_age`` seconds. One round trip (two on a Redis Cluster, whose pipelines take no
+    TIME): the registry's entries are few (one per pool process, one per node), so both are read whole.
+    ``enqueue`` calls it too (``state/enqueue_ops.py``)."""
     keys = QueueKeys(namespace)
-    cutoff = redis_now_ms(client) - int(max_age * 1000)
-    live = {split_worker(name)[0] for name in client.zrangebyscore(keys.workers, cutoff, "+inf")}
-    if not live:
-        return None
-    registered = client.hmget(keys.task_names, sorted(live))
-    names = [json.loads(raw) for raw in registered if raw]
+    cluster = is_cluster_client(client)
+    pipe = client.pipeline(transaction=False)
+    if not cluster:
+        pipe.time()
+    pipe.zrange(keys.workers, 0, -1, withscores=True)
+    pipe.hgetall(keys.task_names)
+    replies = pipe.execute()
+    sec, usec = client.time() if cluster else replies.pop(0)
+    beats, registered = replies
+    cutoff = int(sec) * 1000 + int(usec) // 1000 - int(max_age * 1000)
+    live = {split_worker(_text(name))[0] for name, at in beats if at >= cutoff}
+    names = [json.loads(raw) for node, raw in registered.items() if _text(node) in live and raw]
     return set().union(*names) if names else None
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def running_by_worker(client: redis.Redis, namespace: str, limit: int = 10_000) -> dict[str, list[str]]:

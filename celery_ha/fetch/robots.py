@@ -18,9 +18,11 @@ answer:
 
 With a :class:`celery_ha.state.robots_store.RobotsStore` (every worker process has one) the answer
 lives in Redis for ``ttl`` seconds, shared by the fleet: a miss takes a short fetch lock, so one
-process fetches while the others poll the key (``SHARED_WAIT`` at most, then fetch themselves
-rather than stall). Each process keeps its parsed copy for at most ``LOCAL_HOLD`` seconds (or what
-the Redis copy has left), so a page costs no Redis read. Without a store (plain library use) the
+process fetches while the others poll the key for as long as that lock is held (a slow site or a
+loaded machine makes no second request); a holder that died frees it when it expires
+(``LOCK_SECONDS``), and the first waiter then takes it and fetches. Each process keeps its parsed
+copy for at most ``LOCAL_HOLD`` seconds (or what the Redis copy has left), so a page costs no Redis
+read. Without a store (plain library use) the
 cache is per process, as before.
 """
 
@@ -53,11 +55,11 @@ MAX_REDIRECTS = 5
 UNREACHABLE_HOLD = 60.0
 #: Seconds a process trusts its parsed copy of a shared answer before it reads Redis again.
 LOCAL_HOLD = 60.0
-#: Seconds a process waits for another's fetch of the same file before it fetches it itself.
-SHARED_WAIT = 5.0
 #: Seconds between two looks at the key while another process fetches.
 POLL_INTERVAL = 0.1
-#: Seconds the fetch lock lives (it is freed at once after the fetch; this bounds a dead holder's).
+#: Seconds the fetch lock lives: it is freed at once after the fetch, so this bounds what the others
+#: wait for a holder that died (they wait as long as it is held). A holder still fetching past it
+#: (a robots.txt slower than this) lets one waiter take the lock and fetch too.
 LOCK_SECONDS = 30.0
 #: Origins a process keeps parsed at most (expired ones are dropped first, then the oldest).
 LOCAL_MAX = 10_000
@@ -162,22 +164,26 @@ class RobotsCache:
 
     def _shared(self, origin: str, robots_url: str, domain: str) -> tuple[RobotsFile, float]:
         """The fleet's answer for ``origin`` and the seconds it has left: read from the store, or
-        fetched by this process under the fetch lock (or after ``SHARED_WAIT`` without it)."""
+        fetched by this process under the fetch lock. While another process holds the lock this one
+        polls the key: the lock (freed after the fetch, expiring after ``LOCK_SECONDS`` if its
+        holder died) is what ends the wait, not a clock of its own, so a slow holder is waited for."""
         assert self.store is not None
-        deadline = time.monotonic() + SHARED_WAIT
+        started = time.monotonic()
         while True:
             found = self._stored(origin)
             if found is not None:
                 return found
             token = self.store.lock(origin, LOCK_SECONDS)
-            if token is not None or time.monotonic() >= deadline:
+            if token is not None:
                 try:
-                    found = self._stored(origin) if token is not None else None  # written meanwhile
+                    found = self._stored(origin)  # written meanwhile
                     if found is not None:
                         return found
-                    if token is None:
-                        log.warning("robots.txt of %s: another process's fetch took over %.0fs; fetching "
-                                    "it here too", origin, SHARED_WAIT)
+                    waited = time.monotonic() - started
+                    if waited >= LOCK_SECONDS:
+                        log.warning("robots.txt of %s: the process fetching it held its lock %.0fs (it "
+                                    "stopped, or the file is slower than that); fetching it here", origin,
+                                    waited)
                     robots = self._read(robots_url, domain)
                     left = self.hold(robots)
                     self.store.write(origin, robots.encode(), left)
@@ -185,8 +191,7 @@ class RobotsCache:
                              robots.verdict, robots.reason, left)
                     return robots, left
                 finally:
-                    if token is not None:
-                        self.store.unlock(origin, token)
+                    self.store.unlock(origin, token)
             self._sleep(POLL_INTERVAL)
 
     def _stored(self, origin: str) -> tuple[RobotsFile, float] | None:

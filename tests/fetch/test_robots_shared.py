@@ -83,6 +83,36 @@ def test_processes_that_miss_at_once_fetch_robots_txt_once(site: RobotsSite, sto
     assert 3590_000 < store.client.pttl(key) <= 3600_000
 
 
+def test_the_others_wait_for_a_slow_fetch_as_long_as_its_lock_is_held(
+        site: RobotsSite, store: RobotsStore) -> None:
+    """A robots.txt that takes 7 s (a slow site, a loaded machine): the waiting processes do not
+    fetch it too (they waited 5 s at most before, then each fetched it)."""
+    site.robots_secs = 7.0
+    fetchers = [fetcher(store) for _ in range(3)]
+    statuses: list[int] = []
+    threads = [threading.Thread(target=lambda f=f, i=i: statuses.append(f.fetch(site.url(f"/w/{i}"))
+                                                                        .status_code))
+               for i, f in enumerate(fetchers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(40)
+    assert statuses == [200, 200, 200]
+    assert site.robots_count() == 1, [a.path for a in site.hits()]
+
+
+def test_a_dead_fetchers_lock_is_waited_out_then_the_file_fetched_once(
+        site: RobotsSite, store: RobotsStore) -> None:
+    """The fetch lock of a process that died mid-fetch (left in Redis with 1.5 s to live): the next
+    process waits until it expires, then fetches robots.txt itself, once."""
+    origin = f"http://{site.host}"
+    assert store.lock(origin, 1.5) is not None  # what a SIGKILLed holder leaves behind
+    started = time.monotonic()
+    assert fetcher(store).fetch(site.url("/after")).status_code == 200
+    assert time.monotonic() - started >= 1.0
+    assert site.robots_count() == 1
+
+
 def test_the_shared_copy_expires_with_the_ttl_and_is_fetched_once_again(
         site: RobotsSite, store: RobotsStore) -> None:
     first, second = fetcher(store, robots_ttl=1.5), fetcher(store, robots_ttl=1.5)

@@ -5,7 +5,9 @@ it counts against the site's limits); this module decides when to fetch it and h
 answer:
 
 * 2xx: the rules, parsed from at most ``ROBOTS_MAX_BYTES`` (512 KiB; RFC 9309 §2.5 asks for at
-  least 500 KiB); a file cut there loses its unfinished last line, never a rule's tail;
+  least 500 KiB); a file cut there loses its unfinished last line, never a rule's tail. They are
+  matched as §2.2 says (``robots_file.RobotsRules``, through Protego: the agent's group, the longest
+  matching rule, ``*``/``$`` wildcards);
 * 3xx: followed, up to five hops (§2.3.1.2), then read as "no file";
 * 401/403: everything forbidden (this crawler's choice, kept from earlier releases);
 * any other 4xx, or no file: no rules, everything allowed (§2.3.1.3);
@@ -34,7 +36,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
-from urllib import robotparser
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import requests
@@ -42,7 +43,7 @@ import requests
 from celery_ha.base.errors import InvalidInput
 from celery_ha.base.hosts import host_of_url
 from celery_ha.fetch.errors import FetchError, PermanentFetchError
-from celery_ha.fetch.robots_file import ALLOW, DENY, RULES, UNREACHABLE, RobotsFile
+from celery_ha.fetch.robots_file import ALLOW, DENY, RULES, UNREACHABLE, RobotsFile, RobotsRules
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ class SharedRobots(Protocol):
 class _Parsed:
     until: float  # time.monotonic() after which the copy is read again
     robots: RobotsFile
-    parser: robotparser.RobotFileParser
+    rules: RobotsRules  # the file read for this cache's agent
 
 
 class RobotsCache:
@@ -112,13 +113,12 @@ class RobotsCache:
     def allowed(self, url: str, domain: str) -> bool:
         """Whether robots.txt of ``url``'s site lets our agent fetch ``url``; RobotsUnreachable when
         the file could not be read (5xx, transport) and the page must wait."""
-        return self._get(url, domain).parser.can_fetch(self.agent, url)
+        return self._get(url, domain).rules.allowed(url)
 
     def crawl_delay(self, url: str, domain: str) -> float | None:
         """robots.txt's ``Crawl-delay`` for our agent on ``url``'s site (None when it sets none); the
         file is loaded as :meth:`allowed` loads it."""
-        delay = self._get(url, domain).parser.crawl_delay(self.agent)
-        return float(delay) if delay is not None else None
+        return self._get(url, domain).rules.crawl_delay()
 
     def hold(self, robots: RobotsFile) -> float:
         """Seconds an answer is trusted: the TTL, or the short hold of an unreachable one."""
@@ -142,7 +142,7 @@ class RobotsCache:
                 left = min(LOCAL_HOLD, left)
             keep = parsed if parsed is not None and parsed.robots.same(robots) else None
             parsed = _Parsed(time.monotonic() + left, robots,
-                             keep.parser if keep is not None else robots.parser(robots_url))
+                             keep.rules if keep is not None else robots.rules(self.agent))
             self._keep(origin, parsed)
         if parsed.robots.verdict == UNREACHABLE:
             wait = max(0.0, parsed.until - time.monotonic())

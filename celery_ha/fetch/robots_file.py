@@ -5,6 +5,12 @@ came from, when it was fetched, and for a 2xx the text, at most ``ROBOTS_MAX_BYT
 one string: a header line ``R1 <verdict> <status|-> <fetched-at ms> <t|z>`` and the text, plain
 (``t``) or zlib-compressed and base64-encoded (``z``, when that is at least a quarter smaller: the
 state client decodes replies as UTF-8, so the bytes travel as base64).
+
+Only the text is stored: each process reads it with Protego (Scrapy's parser), which matches as RFC
+9309 §2.2 says: the agent's own group (its product token, case-insensitive, at a token boundary;
+groups of one agent merged), else the ``*`` groups; the most specific (longest) matching rule wins,
+Allow on a tie; ``*`` and a final ``$`` in a path are wildcards; ``/robots.txt`` is always allowed.
+The standard library's parser took the first matching rule and matched ``*`` and ``$`` literally.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ import binascii
 import time
 import zlib
 from dataclasses import dataclass
-from urllib import robotparser
+
+from protego import Protego
 
 #: Bytes of a robots.txt read and parsed at most (RFC 9309 §2.5: at least 500 KiB).
 ROBOTS_MAX_BYTES = 512 * 1024
@@ -61,17 +68,9 @@ class RobotsFile:
         return (self.verdict, self.status, int(self.fetched_at * 1000)) == (
             other.verdict, other.status, int(other.fetched_at * 1000))
 
-    def parser(self, robots_url: str) -> robotparser.RobotFileParser:
-        """A parser that answers as this file does."""
-        parser = robotparser.RobotFileParser(robots_url)
-        if self.verdict == RULES:
-            parser.parse(self.text.splitlines())
-        elif self.verdict == DENY:
-            parser.disallow_all = True
-        else:  # ALLOW; UNREACHABLE never gets asked (the cache raises first)
-            parser.allow_all = True
-        parser.modified()
-        return parser
+    def rules(self, agent: str) -> RobotsRules:
+        """What this answer lets ``agent`` fetch (parsed once: the copy a process keeps)."""
+        return RobotsRules(self, agent)
 
     def encode(self) -> str:
         body, form = self.text, "t"
@@ -99,6 +98,27 @@ class RobotsFile:
         except (ValueError, binascii.Error, zlib.error, UnicodeDecodeError):
             return None
         return cls(fields[1], status, fetched_at, body)
+
+
+class RobotsRules:
+    """One answer read for one agent: a 2xx file's rules through Protego, all or nothing for the
+    verdicts without rules. 401/403 (DENY) forbids every URL, ``/robots.txt`` too: this crawler's
+    choice, stricter than the file's own rules would be. Safe to share between threads (Protego's
+    lazily built indexes are only ever replaced by equal ones)."""
+
+    def __init__(self, robots: RobotsFile, agent: str) -> None:
+        self.agent = agent
+        self._everything = robots.verdict != DENY  # ALLOW; UNREACHABLE never gets asked (the cache raises)
+        self._rules = Protego.parse(robots.text) if robots.verdict == RULES else None
+
+    def allowed(self, url: str) -> bool:
+        """Whether the agent may fetch ``url`` (a URL of the file's origin)."""
+        return self._everything if self._rules is None else self._rules.can_fetch(url, self.agent)
+
+    def crawl_delay(self) -> float | None:
+        """The agent's group's ``Crawl-delay`` in seconds; None when it sets none (or a malformed,
+        negative or infinite one, which Protego drops)."""
+        return None if self._rules is None else self._rules.crawl_delay(self.agent)
 
 
 def robots_text(body: bytes) -> str:

@@ -20,9 +20,10 @@ answer:
 
 With a :class:`celery_ha.state.robots_store.RobotsStore` (every worker process has one) the answer
 lives in Redis for ``ttl`` seconds, shared by the fleet: a miss takes a short fetch lock, so one
-process fetches while the others poll the key for as long as that lock is held (a slow site or a
-loaded machine makes no second request); a holder that died frees it when it expires
-(``LOCK_SECONDS``), and the first waiter then takes it and fetches. Each process keeps its parsed
+process fetches while the others poll the key for as long as that lock is held: the holder keeps it
+alive while its request runs (a slow site or a loaded machine makes no second request), and the lock
+of a holder that died or froze lapses within ``LOCK_SECONDS``; the first waiter then takes it and
+fetches. Each process keeps its parsed
 copy for at most ``LOCAL_HOLD`` seconds (or what the Redis copy has left), so a page costs no Redis
 read. Without a store (plain library use) the
 cache is per process, as before.
@@ -30,10 +31,11 @@ cache is per process, as before.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urljoin, urlsplit, urlunsplit
@@ -58,10 +60,9 @@ UNREACHABLE_HOLD = 60.0
 LOCAL_HOLD = 60.0
 #: Seconds between two looks at the key while another process fetches.
 POLL_INTERVAL = 0.1
-#: Seconds the fetch lock lives: it is freed at once after the fetch, so this bounds what the others
-#: wait for a holder that died (they wait as long as it is held). A holder still fetching past it
-#: (a robots.txt slower than this) lets one waiter take the lock and fetch too.
-LOCK_SECONDS = 30.0
+#: Seconds the fetch lock lives unless its holder renews it (every third of it, while its request
+#: runs; freed at once after): what the others wait at most for a holder that died or froze.
+LOCK_SECONDS = 6.0
 #: Origins a process keeps parsed at most (expired ones are dropped first, then the oldest).
 LOCAL_MAX = 10_000
 #: FetchError outcomes that mean the site was tried and did not answer usably.
@@ -81,6 +82,8 @@ class SharedRobots(Protocol):
     def write(self, origin: str, value: str, seconds: float) -> None: ...
 
     def lock(self, origin: str, seconds: float) -> str | None: ...
+
+    def extend(self, origin: str, token: str, seconds: float) -> bool: ...
 
     def unlock(self, origin: str, token: str) -> None: ...
 
@@ -165,8 +168,9 @@ class RobotsCache:
     def _shared(self, origin: str, robots_url: str, domain: str) -> tuple[RobotsFile, float]:
         """The fleet's answer for ``origin`` and the seconds it has left: read from the store, or
         fetched by this process under the fetch lock. While another process holds the lock this one
-        polls the key: the lock (freed after the fetch, expiring after ``LOCK_SECONDS`` if its
-        holder died) is what ends the wait, not a clock of its own, so a slow holder is waited for."""
+        polls the key: the lock (renewed while its holder fetches, freed after, lapsing within
+        ``LOCK_SECONDS`` when its holder died or froze) is what ends the wait, not a clock of its
+        own, so a slow holder is waited for."""
         assert self.store is not None
         started = time.monotonic()
         while True:
@@ -181,10 +185,10 @@ class RobotsCache:
                         return found
                     waited = time.monotonic() - started
                     if waited >= LOCK_SECONDS:
-                        log.warning("robots.txt of %s: the process fetching it held its lock %.0fs (it "
-                                    "stopped, or the file is slower than that); fetching it here", origin,
-                                    waited)
-                    robots = self._read(robots_url, domain)
+                        log.warning("robots.txt of %s: the process fetching it stopped renewing its lock "
+                                    "(waited %.0fs); fetching it here", origin, waited)
+                    with self._renewing(origin, token):
+                        robots = self._read(robots_url, domain)
                     left = self.hold(robots)
                     self.store.write(origin, robots.encode(), left)
                     log.info("robots.txt of %s fetched for the fleet: %s (%s), kept %.0fs", origin,
@@ -193,6 +197,24 @@ class RobotsCache:
                 finally:
                     self.store.unlock(origin, token)
             self._sleep(POLL_INTERVAL)
+
+    @contextlib.contextmanager
+    def _renewing(self, origin: str, token: str) -> Iterator[None]:
+        """Keep the fetch lock alive while the body runs (a thread renews it every third of
+        ``LOCK_SECONDS``): a frozen or killed process renews nothing, so its lock lapses."""
+        assert self.store is not None
+        store, stop = self.store, threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(LOCK_SECONDS / 3) and store.extend(origin, token, LOCK_SECONDS):
+                pass
+
+        keeper = threading.Thread(target=renew, name=f"robots-lock {origin}", daemon=True)
+        keeper.start()
+        try:
+            yield
+        finally:
+            stop.set()
 
     def _stored(self, origin: str) -> tuple[RobotsFile, float] | None:
         assert self.store is not None

@@ -26,6 +26,11 @@ def unlock(client: redis.Redis, key: str, token: str) -> bool:
     return bool(eval_script(client, SHARED_LUA, "unlock", [key], [token]))
 
 
+def extend_lock(client: redis.Redis, key: str, token: str, ttl: float) -> bool:
+    """Give the lock ``ttl`` seconds more to live if ``token`` still holds it; True when extended."""
+    return bool(eval_script(client, SHARED_LUA, "extend", [key], [token, str(max(1, int(ttl * 1000)))]))
+
+
 @contextlib.contextmanager
 def short_lock(client: redis.Redis, key: str, ttl: float) -> Iterator[bool]:
     """Context manager over :func:`try_lock`; yields whether we got it, frees it on exit."""

@@ -18,7 +18,7 @@ import contextlib
 
 import redis
 
-from celery_ha.redisio.lock import try_lock, unlock
+from celery_ha.redisio.lock import extend_lock, try_lock, unlock
 from celery_ha.state.keys import QueueKeys, prefix
 
 
@@ -64,6 +64,14 @@ class RobotsStore:
     def lock(self, origin: str, seconds: float) -> str | None:
         """Take ``origin``'s fetch lock for ``seconds``; its token, or None when another holds it."""
         return try_lock(self.client, self.lock_key(origin), seconds)
+
+    def extend(self, origin: str, token: str, seconds: float) -> bool:
+        """Keep the fetch lock ``seconds`` more while ``token`` holds it; False when it does not (or
+        Redis did not answer: the holder stops trying, the lock lapses)."""
+        try:
+            return extend_lock(self.client, self.lock_key(origin), token, seconds)
+        except redis.RedisError:
+            return False
 
     def unlock(self, origin: str, token: str) -> None:
         """Free the fetch lock if ``token`` still holds it (an error leaves it to expire)."""

@@ -8,10 +8,16 @@ as each pool process has its own (the real prefork run is ``test_robots_fleet.py
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -99,6 +105,39 @@ def test_the_others_wait_for_a_slow_fetch_as_long_as_its_lock_is_held(
         t.join(40)
     assert statuses == [200, 200, 200]
     assert site.robots_count() == 1, [a.path for a in site.hits()]
+
+
+def test_a_frozen_fetchers_lock_lapses_and_another_process_fetches(site: RobotsSite, store: RobotsStore,
+                                                                  r: redis.Redis) -> None:
+    """A process SIGSTOPped while it fetches robots.txt (the lock taken, its request in flight) stops
+    renewing the lock: another process fetches the file after the lock lapses (within 6 s), instead
+    of waiting out a 30 s lock (a re-run elsewhere of a frozen worker's task stalled on it)."""
+    site.robots_secs = 60.0  # the frozen process's request hangs
+    kw = r.connection_pool.connection_kwargs
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import redis
+        from celery_ha.fetch.fetcher import Fetcher
+        from celery_ha.state.robots_store import RobotsStore
+        client = redis.Redis(host={kw["host"]!r}, port={kw["port"]}, decode_responses=True)
+        store = RobotsStore(client, {NS!r})
+        Fetcher(None, robots_store=store, backoff_base=0.001).fetch({site.url("/held")!r})
+        """)], cwd=str(Path(__file__).resolve().parents[2]))
+    try:
+        lock = store.lock_key(f"http://{site.host}")
+        wait_until(lambda: r.exists(lock), timeout=20, what="the holder to take the fetch lock")
+        os.kill(holder.pid, signal.SIGSTOP)
+        site.robots_secs = 0.0
+        done: list[int] = []
+        other = threading.Thread(
+            target=lambda: done.append(fetcher(store).fetch(site.url("/other")).status_code))
+        other.start()
+        other.join(20)
+        assert done == [200], "the other process still waits for the frozen holder's lock"
+        # One answered robots.txt request, ours (the frozen process's is still hanging, unlogged).
+        assert [a.path for a in site.hits("/robots.txt")] == ["/robots.txt"]
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_a_dead_fetchers_lock_is_waited_out_then_the_file_fetched_once(

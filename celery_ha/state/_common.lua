@@ -260,9 +260,10 @@ end
 
 -- A task ends dead: in `dead` (listed, counted, redrivable). A scheduled one (st.iv: a completion
 -- scheduled it) keeps its next regular run unless `ends` says the failure is final (permanent:
--- fail.lua without retry; an operator's cancel): it waits in the refetch index too, one interval
--- after its death (dead_refetch, _refetch.lua), so a site outage longer than its retries or its
--- stalls does not end its schedule. `payload` is the record's (read again when not given).
+-- fail.lua without retry; an operator's cancel): it waits for it, one interval after its death
+-- (dead_refetch, _refetch.lua), so a site outage longer than its retries or its stalls does not end
+-- its schedule. A final one loses iv: a dead record with iv waits (_refetch.lua's header). `payload`
+-- is the record's (read again when not given).
 local function to_dead(id, st, now, reason, payload, ends)
   if st.h then host_dead(st.h) end
   st.s = 'x'
@@ -270,7 +271,17 @@ local function to_dead(id, st, now, reason, payload, ends)
   st.ut = fmt(now)
   redis.call('ZADD', K_DEAD, now_us_score(), id)
   incr('died', 1)
-  if st.iv and not ends then dead_refetch(id, st, payload, now) end
+  if ends then
+    st.iv = nil
+  elseif st.iv then
+    dead_refetch(id, st, payload, now)
+    if st.iv then
+      -- It waits: written as a waiting head ('@', _record_codec.lua), whose texts hold no newline or
+      -- 0x1F (refetch_due.lua tells an earlier release's final death, which kept iv, by that form).
+      st.e = (string.gsub(st.e, '[\31\n]', ' '))
+      if st.pe then st.pe = (string.gsub(st.pe, '[\31\n]', ' ')) end
+    end
+  end
 end
 
 -- Take back a running task whose holder vanished (the caller already removed it from `running`, and
@@ -393,7 +404,8 @@ end
 -- Complete a task under its lease. Returns true, or the refusal code of fenced() (nothing written).
 -- The completed history is bounded: every `period`-th completion (period = history_max / 64, between
 -- 1 and 16) trims it, so it holds at most history_max + period records; dedup remembers finished ids
--- in the compact buckets of _remembered.lua, with the completion hour that dedup expiry compares. A
+-- in the compact buckets of _remembered.lua, with the completion hour that dedup expiry compares (not
+-- one whose completion scheduled a run: its record, which the trim keeps, says it is finished). A
 -- caller that already passed fenced() hands its (st, payload) in `held`, so the record is not read
 -- twice. `sig` is the run's output verdict for its refetch schedule (_refetch.lua; nil or '' for none).
 local function complete_task(id, token, hmax, hage, now, held, sig)
@@ -415,7 +427,9 @@ local function complete_task(id, token, hmax, hage, now, held, sig)
   schedule_refetch(id, st, payload, now, sig)
   save(id, st, payload)
   redis.call('ZADD', K_COMPLETED, st.ut, id)
-  if st.dd then remember(id, now) end
+  -- A dedup id is remembered, unless a run was scheduled (st.iv): its record, kept while it waits,
+  -- is the dedup memory then (_refetch.lua), and its next run would forget the id anyway.
+  if st.dd and not st.iv then remember(id, now) end
   local period = math.max(1, math.min(16, math.floor(hmax / 64)))
   if incr('completed', 1) % period == 0 then trim_history(hmax, hage, now) end
   return true

@@ -19,6 +19,11 @@
     t:<i>   hash: id -> record, bucket i
     K_TASKS the one hash of earlier releases (KEYS[1]); a record still in it is read from it and
             moves into its bucket at its next write, so a live namespace changes layout as it runs.
+    rfb     zset: the refetch index of _refetch.lua (record bucket -> a lower bound of its waiting
+            records' due times): when the bucket a split moves records out of is indexed, the new
+            bucket is indexed at the earliest due time of the waiting records among them (none
+            waits: not indexed), so they stay indexed; without _refetch.lua (a reader, a test's
+            writer), at the split bucket's score.
   The hash of an id of 12 base62 characters (celery_ha/state/ids.py) is its characters 1-5 read as
   a base-62 number (62^5 > 2^29); any other id hashes by h = (31h + byte) mod 2^31 over its bytes.
   Uses IDX of _base62 (included before it). Defines: rec_get(id) -> raw or false; rec_set(id, raw); rec_del(ids); rec_batch() / rec_settle()
@@ -29,10 +34,11 @@ local K_GEOM
 local rec_level, rec_split, rec_mod -- the geometry, read at the first use (rec_mod = 2^level)
 local rec_old                       -- whether K_TASKS exists, read at the first need
 local rec_new, rec_batched
+local rec_moved_due -- _refetch.lua's rf_moved_due when included (set per call there), else nil
 --#per-call
 K_GEOM = PREFIX .. 'tg'
 rec_level, rec_split, rec_mod, rec_old = nil, nil, nil, nil
-rec_new, rec_batched = 0, false
+rec_new, rec_batched, rec_moved_due = 0, false, nil
 --#end-per-call
 
 local function rec_hash(id)
@@ -91,8 +97,13 @@ local function rec_split_one()
     end
   end
   if #names > 0 then
-    redis.call('HSET', PREFIX .. 't:' .. string.format('%d', to), unpack(moved))
+    local dest = string.format('%d', to)
+    redis.call('HSET', PREFIX .. 't:' .. dest, unpack(moved))
     redis.call('HDEL', key, unpack(names))
+    -- The refetch index (rfb, _refetch.lua) holds buckets: moved waiting records stay indexed.
+    local due = redis.call('ZSCORE', PREFIX .. 'rfb', string.format('%d', from))
+    if due and rec_moved_due then due = rec_moved_due(moved) end
+    if due then redis.call('ZADD', PREFIX .. 'rfb', 'LT', due, dest) end
   end
   rec_split = from + 1
   if rec_split >= rec_mod then

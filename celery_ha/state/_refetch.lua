@@ -1,27 +1,84 @@
 --[[ Shared include of _common: refetch schedules (the design is in celery_ha/state/schedules.py).
   A completed task whose task name (or host) has a schedule is due again `iv` seconds after its
-  completion: its record stays (the completed history's trim keeps it) and its id waits in `refetch`
-  until the sweep (refetch_due.lua) queues it again, through the host gate, however old it is. A
+  completion: its record stays (the completed history's trim keeps it) and is what queues it again,
+  through the host gate, however old it is, when the sweep (refetch_due.lua) finds it due. A
   scheduled run that dies for a reason that may pass (retries spent on retryable errors, stalls:
   _common's to_dead) keeps its next run the same way, `iv` after its death, while it stays in `dead`;
-  a permanent failure (fail.lua without retry) or a cancel ends the schedule. An id waits in `refetch`
-  only while its record is completed or dead, once (a sorted set); every path that takes it out of
-  those states takes it out of `refetch` (requeue_finished, next_run, unschedule: redrive, cancel).
+  a permanent failure (fail.lua without retry) or a cancel ends the schedule (to_dead clears iv).
+  A record WAITS for a scheduled run iff its state is completed or dead (st.s 'c' or 'x') and it has
+  iv; it is due at ut + iv (ut: its completion or death). Every path that takes a record out of those
+  states starts a new run (requeue_finished, next_run, a redrive), and none ends a schedule while
+  the record stays completed or dead (a cancel refuses those): so the record alone says whether and
+  when it waits, and a waiting dedup task is not remembered in _remembered.lua (complete_task): its
+  record is the dedup memory, as long as it waits.
   Keys, all named from PREFIX (ARGV[1], which carries KEYS[1]'s hash tag: same slot, see same_slot):
     sched    hash: the schedules, copied to every shard by the caller; fields 't:<task name>',
              'h:<host>', 't:<task name>@<host>' (the most specific wins) -> 'every|min|max|adapt'
              (seconds; adapt 1/0; every 0 = never refetch); '_h' present while any host entry exists
-    refetch  zset: completed ids waiting for their next run, score = due time (ms, Redis clock)
+    rfb      zset: the refetch index, by record bucket (t:<i> of _records.lua): member i, score a
+             lower bound (ms, Redis clock) of the due times of bucket i's waiting records. A record
+             that starts waiting lowers its bucket's score (ZADD LT); one that stops leaves it as it
+             is (an early or stale entry costs the sweep one bucket read, nothing more); the sweep
+             sets a bucket's score to its earliest waiting run, or drops it. A split copies the score
+             to the new bucket (_records.lua). Every bucket with a waiting record is indexed at or
+             below that record's due time. ~100 B per bucket of 16-32 records instead of per id.
+    refetch  zset: the index of earlier releases (waiting ids, score = due time): read (refetch_due
+             drains it, a record leaving it ZREMs it) until empty; nothing new is written to it.
+  Stats 'refetch_waiting' (KEYS[10]): how many records wait, the earlier index's ids aside (its ZCARD
+  counts those): +1 when a run is scheduled, -1 when a waiting record starts a new run.
   Record fields (state part): iv, the current interval (ms, adaptive schedules move it); sg, the
   signature of the last run's output (a hex digest chosen by the task).
   Adaptive intervals (Nutch's AdaptiveFetchSchedule): unchanged output -> iv x 1.4, changed -> iv x
   0.8, clamped to [min, max]; without a verdict (no signature, or the first one) iv stays.
-  Defines: schedule_refetch, dead_refetch, unschedule, kept_records, requeue_finished, next_run.
+  Defines: K_REFETCH, waiting_due(st) -> due ms or nil, raw_due(raw) (the same of a raw record), rf_moved_due (set as _records.lua's split
+  hook rec_moved_due), schedule_refetch, dead_refetch, unschedule, kept_records, requeue_finished,
+  next_run. The index's key is PREFIX .. 'rfb', written out where used (no local: the library's
+  prelude is near Lua's 200 locals, tests/redisio/test_functions.py).
 ]]
 
 local K_SCHED, K_REFETCH
 --#per-call
 K_SCHED, K_REFETCH = PREFIX .. 'sched', PREFIX .. 'refetch'
+--#end-per-call
+
+-- When a record waits for a scheduled run (see the header): its due time (ms), else nil.
+local function waiting_due(st)
+  if st.iv and (st.s == 'c' or st.s == 'x') then return (tonumber(st.ut) or 0) + tonumber(st.iv) end
+  return nil
+end
+
+-- The due time (ms) of a raw record that waits for a scheduled run, else nil, without decoding it
+-- whole (the scans read every record of a bucket, most of them queued or running): a waiting head
+-- ('@', _record_codec.lua) gives ut and iv by one match (iv is the first '!' or '|' tag: the tags
+-- before it are all numbers' and none of them is either), a compact head whose state letter cannot
+-- wait is skipped by its first bytes, and any other record is decoded.
+local function raw_due(raw)
+  local first = string.byte(raw, 1)
+  if first == 64 then
+    local ut, tag, iv = string.match(raw, '^@[CXcx](%w+)[^!|\n]-([!|])(%w+)')
+    if not ut then return waiting_due((decode(raw))) end
+    local a, b = 0, 0
+    for j = 1, #ut do a = a * 62 + IDX[string.byte(ut, j)] end
+    for j = 1, #iv do b = b * 62 + IDX[string.byte(iv, j)] end
+    return a + (tag == '!' and b * 1000 or b)
+  end
+  if first == 126 then first = string.byte(raw, 2) end -- '~': the compact head's host mark
+  if first ~= 123 and first ~= 99 and first ~= 120 and first ~= 67 and first ~= 88 then return nil end
+  return waiting_due((decode(raw)))
+end
+
+-- A split's moved records (_records.lua: id, record pairs) -> the earliest due time (a score string) of
+-- the waiting ones, nil when none waits: their new bucket's index entry.
+local function rf_moved_due(flat)
+  local first
+  for j = 2, #flat, 2 do
+    local at = raw_due(flat[j])
+    if at and (not first or at < first) then first = at end
+  end
+  return first and fmt(first)
+end
+--#per-call
+rec_moved_due = rf_moved_due
 --#end-per-call
 
 -- 'every|min|max|adapt' -> every, min, max, adapt; nil for no schedule (absent, garbled, every 0)
@@ -96,7 +153,10 @@ local function schedule_refetch(id, st, payload, now, sig)
   end
   iv = math.max(1000, math.floor(iv + 0.5))
   st.iv = fmt(iv)
-  redis.call('ZADD', K_REFETCH, fmt(now + iv), id)
+  -- st.ut is `now` (the completion or the death): due at ut + iv. The record is saved after this.
+  local bucket = string.format('%d', rec_index(rec_hash(id))) -- its record's (_records.lua)
+  redis.call('ZADD', PREFIX .. 'rfb', 'LT', fmt(now + iv), bucket)
+  incr('refetch_waiting', 1)
 end
 
 -- At the death of a scheduled task for a reason that may pass (_common's to_dead): its next regular
@@ -110,30 +170,39 @@ local function dead_refetch(id, st, payload, now)
   schedule_refetch(id, st, payload or '', now, nil)
 end
 
--- Take `id` out of the refetch index: its record leaves the states that wait there (a redrive, a
--- cancel, a new run).
-local function unschedule(id)
-  redis.call('ZREM', K_REFETCH, id)
+-- A record of state `st` (decoded before any change) leaves the states that wait (a new run: a
+-- redrive, a recrawl, a scheduled run): out of the earlier releases' index, or uncounted. Returns 1
+-- when `st` waited and was counted in stats 'refetch_waiting': `batched` leaves the count to the
+-- caller (one HINCRBY for many), else it is done here. Its bucket's index entry stays (lazy).
+local function unschedule(id, st, batched)
+  if redis.call('ZREM', K_REFETCH, id) == 1 or not waiting_due(st) then return 0 end
+  if not batched then incr('refetch_waiting', -1) end
+  return 1
 end
 
--- Of the ids whose completed record the history's trim would delete, those it must keep: the ones
--- waiting for a scheduled run (their record is what queues them again).
+-- Of the ids whose completed record the history's trim would delete, those it must delete: not the
+-- ones waiting for a scheduled run (their record is what queues them again). Decided from the
+-- records, read only while something may wait: the index, or the earlier releases' one, exists (one
+-- EXISTS for both; an unscheduled namespace has neither).
 local function kept_records(ids)
-  if #ids == 0 or redis.call('EXISTS', K_REFETCH) == 0 then return ids end
-  local due = redis.call('ZMSCORE', K_REFETCH, unpack(ids))
+  if #ids == 0 or redis.call('EXISTS', PREFIX .. 'rfb', K_REFETCH) == 0 then return ids end
   local out = {}
   for j = 1, #ids do
-    if not due[j] then out[#out + 1] = ids[j] end
+    local raw = rec_get(ids[j])
+    if not raw or not raw_due(raw) then out[#out + 1] = ids[j] end
   end
   return out
 end
 
 -- Queue a completed task again as a new run (same URL, meta, task, priority and limits; attempts,
 -- stalls and errors cleared; its fencing token carries over), collected into `batch` (band_batch).
+-- Returns 1 when it waited for a scheduled run (counted): the caller takes those off stats
+-- 'refetch_waiting' at once (unschedule's batched count).
 -- Its schedule state (iv, sg) stays: the next completion adapts from it. A dead one (its scheduled
 -- run, refetch_due.lua) leaves `dead` the same way, its last error kept as the previous one (pe), as
 -- a redrive keeps it.
 local function requeue_finished(id, st, payload, batch, now)
+  local left = unschedule(id, st, true)
   local pe = nil
   if st.s == 'x' then
     redis.call('ZREM', K_DEAD, id)
@@ -142,12 +211,12 @@ local function requeue_finished(id, st, payload, batch, now)
     redis.call('ZREM', K_COMPLETED, id)
     forget_done(id)
   end
-  unschedule(id)
   st.a, st.st, st.e, st.pe, st.w, st.due, st.qt, st.f = nil, nil, nil, pe, nil, nil, nil, nil
   st.s = 'q'
   st.ut = fmt(now)
   save(id, st, payload)
   band_add(batch, st.p or '0', id, st.h)
+  return left
 end
 
 -- The state of a finished task's next run, enqueued again (enqueue.lua past its recrawl window,
@@ -159,7 +228,7 @@ local function next_run(id, st, old, now)
   if old then
     token = math.max(tonumber(old.k) or 0, now)
     redis.call('ZREM', K_COMPLETED, id)
-    unschedule(id)
+    unschedule(id, old)
   end
   forget_done(id)
   local run = {}

@@ -3,15 +3,16 @@
   as `rstale`), a delayed one its retry schedule, a dispatched one the window (its
   message is dropped by the claim); a running one leaves `running`, so its holder's next renewal,
   checkpoint or commit is refused (fencing) and the task stops there, writing nothing more.
-  A cancel ends a refetch schedule (_refetch.lua): the task waits for no scheduled run.
+  A cancel ends a refetch schedule (_refetch.lua): the task waits for no scheduled run (to_dead
+  clears its interval; a completed or dead task, the only ones that wait, is refused).
   KEYS[1]  tasks
   KEYS[3]  delayed
   KEYS[4]  inflight
   KEYS[5]  running
   KEYS[6]  dead
   KEYS[10] stats
-  Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority>, a gated
-    task's host keys (_hosts.lua) and the refetch index (_refetch.lua: refetch) it may touch are
+  Same slot: the record buckets (_records.lua: t:<i>, tg, rfb), the ready lists r:<priority> and a
+    gated task's host keys (_hosts.lua) it may touch are
     named from ARGV[1], the prefix every KEYS entry starts with (its {hash tag} included), so they
     share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix (the ready lists: computed keys, all under the namespace's hash tag)
@@ -42,7 +43,6 @@ elseif was == 'r' then
   st.w = nil
 end
 to_dead(id, st, now_ms(), 'cancelled: ' .. ARGV[3], payload, true)
-unschedule(id)
 save(id, st, payload)
 incr('cancelled', 1)
 return was

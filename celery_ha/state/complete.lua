@@ -6,7 +6,7 @@
   KEYS[10] stats
   KEYS[12] hist (the runtime histogram counts the completion)
   Same slot: the record buckets (_records.lua: t:<i>, tg), a gated task's host keys (_hosts.lua: h,
-    hb, hl, hq, hcfg, hosts, hready, hwait), the refetch schedule's (_refetch.lua: sched, refetch)
+    hb, hl, hq, hcfg, hosts, hready, hwait), the refetch schedule's (_refetch.lua: sched, rfb, refetch)
     and the bucket that remembers a dedup id with its completion hour (_remembered.lua: d:<3 chars>
     or d:~; its bit in the bitmap dk) are named from ARGV[1], the prefix every KEYS entry starts with
     (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).

@@ -13,7 +13,7 @@
   KEYS[13] items (hash: item key -> item JSON)
   KEYS[14] itemlog (list: item keys in commit order)
   Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority>, the host gate's keys (_hosts.lua: h, hb, hl, hq, hcfg,
-    hosts, hready, hwait), the refetch schedule's (_refetch.lua: sched, refetch) and the bucket that
+    hosts, hready, hwait), the refetch schedule's (_refetch.lua: sched, rfb, refetch) and the bucket that
     remembers a dedup id with its completion hour (_remembered.lua: d:<3 chars> or d:~; its bit in
     the bitmap dk) it may touch are
     named from ARGV[1], the prefix every KEYS entry starts with (its {hash tag} included), so they

@@ -11,7 +11,7 @@
   KEYS[11] wake (a token when a pop stopped at stale band entries: a blocked claim_next retries)
   KEYS[12] hist (the runtime and wait histograms count the completion and the next claim)
   Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority>, the host gate's keys (_hosts.lua: h, hb, hl, hq, hcfg,
-    hosts, hready, hwait), the refetch schedule's (_refetch.lua: sched, refetch) and the bucket that
+    hosts, hready, hwait), the refetch schedule's (_refetch.lua: sched, rfb, refetch) and the bucket that
     remembers a dedup id with its completion hour (_remembered.lua: d:<3 chars> or d:~; its bit in
     the bitmap dk) it may touch are
     named from ARGV[1], the prefix every KEYS entry starts with (its {hash tag} included), so they

@@ -19,7 +19,8 @@ import redis
 from celery_ha.state.ids import ALPHABET, ID_LEN
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.record_store import read_records
-from celery_ha.state.records import decode_head
+from celery_ha.state.records import TaskInfo
+from celery_ha.state.refetch_index import waiting_due
 from celery_ha.state.sharded import by_shard
 from celery_ha.state.shards import shard_keys
 
@@ -63,10 +64,11 @@ def done_hour(ms: float) -> int:
 def finished_at(client: redis.Redis, namespace: str, shard_count: int, ids: Sequence[str]
                 ) -> list[int | None]:
     """The completion time (ms, Redis clock) of each remembered dedup id, None where it has not
-    finished (or the sweep already forgot it, unless its record waits for a scheduled refetch), in the
-    order of ``ids``. Exact while the completed history holds the task's record (or a refetch schedule
-    keeps it), else the start of its completion hour (up to an hour early: a
-    sitemap lastmod within the hour of the crawl counts as newer, so the page is fetched again)."""
+    finished (or the sweep already forgot it), in the order of ``ids``; a task whose completed record
+    waits for a scheduled refetch is not remembered apart, its record says it (``_refetch.lua``). Exact
+    while the completed history holds the task's record (or a refetch schedule keeps it), else the
+    start of its completion hour (up to an hour early: a sitemap lastmod within the hour of the crawl
+    counts as newer, so the page is fetched again)."""
     if not ids:
         return []
     keys = shard_keys(namespace, shard_count)
@@ -76,22 +78,26 @@ def finished_at(client: redis.Redis, namespace: str, shard_count: int, ids: Sequ
         for p in positions:
             pipe.hget(*done_slot(keys[shard].prefix, ids[p]))
         pipe.zmscore(keys[shard].done, [ids[p] for p in positions])  # the layout before the buckets
-        pipe.zmscore(keys[shard].refetch, [ids[p] for p in positions])  # finished, waiting for a refetch
+        # whether a record may wait for a scheduled run (a refetch index exists): one read per shard
+        pipe.exists(keys[shard].refetch_buckets, keys[shard].refetch)
     replies = iter(pipe.execute())
     out: list[int | None] = [None] * len(ids)
-    # (position, shard) of hour starts, and of ids kept for a scheduled refetch after the sweep forgot
-    # them: the record may say better (exactly).
+    # (position, shard) of hour starts (the record, while the history holds it, says better: exactly),
+    # and of the ids no time was found for on a shard where records may wait (a waiting record says it).
     hourly: list[tuple[int, int]] = []
+    unknown: set[int] = set()
     for shard, positions in groups.items():
         hours = [next(replies) for _ in positions]
-        for p, hour, score, waiting in zip(positions, hours, next(replies), next(replies), strict=True):
+        scores, may_wait = next(replies), next(replies)
+        for p, hour, score in zip(positions, hours, scores, strict=True):
             if hour is not None:
                 out[p] = hour_ms(hour)
                 hourly.append((p, shard))
             elif score is not None:
                 out[p] = int(score)
-            elif waiting is not None:
+            elif may_wait:
                 hourly.append((p, shard))
+                unknown.add(p)
     if hourly:
         by_shard_hourly: dict[int, list[int]] = {}
         for p, shard in hourly:
@@ -101,9 +107,10 @@ def finished_at(client: redis.Redis, namespace: str, shard_count: int, ids: Sequ
                               strict=True):
                 if not raw:
                     continue
-                st = decode_head(raw.partition("\n")[0])
-                if st.get("s") == "c":
-                    out[p] = int(st["ut"])
+                info = TaskInfo.parse(ids[p], raw)
+                if info.state == "completed" and info.updated_at is not None and (
+                        p not in unknown or waiting_due(info) is not None):
+                    out[p] = round(info.updated_at * 1000)
     return out
 
 

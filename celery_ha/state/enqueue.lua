@@ -4,8 +4,8 @@
   counted once, at the end (which may split a few buckets).
   Dedup: a dedup id that is live (queued, dispatched, running, delayed, dead) is a duplicate; one that
   finished is a duplicate until the recrawl window (ARGV[2]) has passed since its completion (exact
-  while the history holds its record, or the record waits for a scheduled refetch (_refetch.lua) after
-  the sweep forgot the id, else the start of its completion hour: _remembered.lua), and is
+  while the history holds its record, or the record waits for a scheduled refetch (_refetch.lua: such a
+  dedup id is not remembered, its record is), else the start of its completion hour: _remembered.lua), and is
   then queued again as a new run of the same task: its completed record leaves the history, and its
   fencing tokens continue above every token of its earlier runs (from the old record's, or from the
   Redis clock in ms once the history forgot it), so a holder left over from an earlier run can never
@@ -15,11 +15,12 @@
   KEYS[7]  completed (a recrawled id leaves the history, whose trim would otherwise delete its record)
   KEYS[8]  done (the old sorted set of finished dedup ids -> completion ms, read until the sweep
     moved it into the buckets of _remembered.lua)
-  KEYS[10] stats
+  KEYS[10] stats (refetch_waiting: a waiting record queued again leaves it)
   KEYS[11] wake (one token per created task, for blocked claim_next callers)
   Same slot: the record buckets and their geometry (_records.lua: t:<i>, tg), the ready lists r:<priority>, the host gate's keys (_hosts.lua: h, hb, hl, hq, hcfg,
-    hosts, hready, hwait) it may touch, the refetch index (_refetch.lua: a finished id queued
-    again leaves it), the buckets of remembered ids (_remembered.lua: d:<3 chars>, d:~) and the
+    hosts, hready, hwait) it may touch, the refetch indexes (_refetch.lua: rfb, refetch; whether any
+    record may wait; a finished id queued again leaves refetch), the split's rfb (_records.lua), the
+    buckets of remembered ids (_remembered.lua: d:<3 chars>, d:~) and the
     0.1 releases' dedup set `seen` (read while the sweep moves it) are named from ARGV[1],
     the prefix every KEYS entry starts with (its {hash tag} included), so they share KEYS[1]'s slot
     (_common checks it).
@@ -55,7 +56,9 @@ local cutoff = window >= 0 and now - window or nil
 local legacy = PREFIX .. 'seen'
 local has_legacy = redis.call('EXISTS', legacy) == 1
 local has_zset = redis.call('EXISTS', K_DONE) == 1
-local has_refetch = cutoff and redis.call('EXISTS', K_REFETCH) == 1
+-- Whether any record may wait for a scheduled run (_refetch.lua: an index exists): only then may a
+-- record without a remembered time be a finished task's (a waiting dedup task is not remembered).
+local has_waiting = cutoff and redis.call('EXISTS', PREFIX .. 'rfb', K_REFETCH) > 0
 local function finished_time(id, zscore)
   local key, field = done_slot(id)
   local hour = redis.call('HGET', key, field)
@@ -80,15 +83,14 @@ do
     for k = j, last do records[k - j + 1] = rec_get(ids[k]) end
     local zset = has_zset and redis.call('ZMSCORE', K_DONE, unpack(ids, j, last)) or {}
     local old = has_legacy and redis.call('SMISMEMBER', legacy, unpack(ids, j, last))
-    local waiting = has_refetch and redis.call('ZMSCORE', K_REFETCH, unpack(ids, j, last)) or {}
     for k = 1, last - j + 1 do
       local id = ids[j + k - 1]
       local at -- not needed for an id with a record when no window applies: it is taken anyway
       if cutoff or not records[k] then at = finished_time(id, zset[k]) end
-      if not at and waiting[k] and records[k] then
-        -- finished, its record kept for a scheduled refetch after the sweep forgot its hour: its own time
+      if not at and has_waiting and records[k] then
+        -- finished, its record kept for a scheduled refetch (no remembered hour): its own time
         local st = decode(records[k])
-        if st.s == 'c' then at = tonumber(st.ut) end
+        if st.s == 'c' and waiting_due(st) then at = tonumber(st.ut) end
       end
       if at and cutoff and at <= cutoff and records[k] then
         local st = decode(records[k])

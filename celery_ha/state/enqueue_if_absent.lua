@@ -15,11 +15,12 @@
   KEYS[7]  completed (a finished id queued again leaves the history, whose trim would delete its record)
   KEYS[8]  done (the old sorted set of finished dedup ids -> completion ms, read until the sweep moved
     it into the buckets of _remembered.lua)
-  KEYS[10] stats
+  KEYS[10] stats (refetch_waiting: a waiting record queued again leaves it)
   KEYS[11] wake (one token per created task, for blocked claim_next callers)
   Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority>, the host gate's keys (_hosts.lua: h, hb, hl, hq, hcfg,
-    hosts, hready, hwait) it may touch, the refetch index (_refetch.lua: a finished id queued again
-    leaves it), the buckets of remembered ids (_remembered.lua: d:<3 chars>, d:~) and the 0.1
+    hosts, hready, hwait) it may touch, the refetch indexes (_refetch.lua: a finished id queued again
+    leaves refetch; rfb, the split's, _records.lua), the buckets of remembered ids (_remembered.lua:
+    d:<3 chars>, d:~; a record waiting for a scheduled run stands for its id) and the 0.1
     releases' dedup set `seen` (present, whenever it finished) are named from ARGV[1], the prefix
     every KEYS entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common
     checks it).

@@ -7,9 +7,9 @@
   KEYS[3]  delayed
   KEYS[5]  running
   KEYS[6]  dead
-  KEYS[10] stats
+  KEYS[10] stats (refetch_waiting: a death that keeps its schedule waits for its next run)
   Same slot: the record buckets (_records.lua: t:<i>, tg), a gated task's host keys (_hosts.lua) and
-    the refetch schedule's keys (_refetch.lua: refetch, sched) are named from ARGV[1], the prefix every
+    the refetch schedule's keys (_refetch.lua: sched, rfb) are named from ARGV[1], the prefix every
     KEYS entry starts with (its {hash tag} included), so they share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2] task id

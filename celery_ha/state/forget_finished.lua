@@ -5,7 +5,9 @@
   their time (written later).
   A remembered id older than the TTL is forgotten once its record has left the completed history
   (until then the record says the task is finished, and enqueue's recrawl window decides). Its age is
-  counted from the start of its completion hour: it may be forgotten up to an hour early.
+  counted from the start of its completion hour: it may be forgotten up to an hour early. A task whose
+  record waits for a scheduled run is not remembered (_refetch.lua: the record is its dedup memory,
+  and enqueue's window reads the record's own time): the sweep never needs to look at records.
   The buckets are read in passes, bucket by bucket in the order of their bitmap `dk` (only those
   whose bit is set; one met empty has its bit cleared), a pass carried over calls by a cursor (stats
   'dcur'): a call stops once it examined `limit` ids or read BUCKETS_PER_CALL buckets. A pass starts

@@ -61,7 +61,11 @@ class QueueKeys:
         self.validators = p + "valid"
         # Refetch schedules (state/schedules.py, _refetch.lua), per shard
         self.schedules = p + "sched"  # hash: 't:<task>', 'h:<host>', 't:<task>@<host>' -> schedule
-        self.refetch = p + "refetch"  # zset: completed ids waiting for a scheduled run, score = due (ms)
+        # zset: the refetch index, record bucket index -> a lower bound of the due times (ms) of the
+        # bucket's records that wait for a scheduled run (_refetch.lua)
+        self.refetch_buckets = p + "rfb"
+        # zset: the index of earlier releases (waiting ids, score = due ms), read until drained
+        self.refetch = p + "refetch"
 
     def record_bucket(self, index: int) -> str:
         """Hash of record bucket ``index`` (must match rec_key() in _records.lua)."""

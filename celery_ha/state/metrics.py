@@ -7,7 +7,8 @@ module holds that grid (it must match ``hist_bucket`` in ``_common.lua``; a test
 everything else a scrape needs: counts per state, the oldest waiting task, the worker heartbeats.
 
 Three round trips: the fixed keys, then each priority band's length and head (bands are bounded by
-the priorities in use, not by tasks), then the records at those heads.
+the priorities in use, not by tasks) and the first due buckets of the refetch index (bounded), then
+the records at those heads.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from celery_ha.state.host_queues import host_queue_heads
 from celery_ha.state.keys import QueueKeys
 from celery_ha.state.record_store import read_records
 from celery_ha.state.records import decode_head
+from celery_ha.state.refetch_index import add_bucket_reads, add_pending_reads, pending_of
 from celery_ha.state.shards import namespace_keys
 
 #: Bucket upper bounds per decade, in tenths of a ms (``HIST_STEPS`` in ``_common.lua``).
@@ -150,7 +152,8 @@ class QueueMetrics:
     # Hosts of the host gate with queued tasks: eligible now, waiting for a time (pacing, a block),
     # parked until an event (a free slot, a claim, more budget). Three O(1) reads per shard.
     hosts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(HOST_ZONES, 0))
-    # Completed tasks waiting for a scheduled refetch (state/schedules.py): all, and those due now.
+    # Completed (or dead) tasks waiting for a scheduled refetch (state/schedules.py): all (exact), and
+    # those due now (exact while at most 64 record buckets per shard are due: refetch_index.py).
     refetch: dict[str, int] = field(default_factory=lambda: {"waiting": 0, "due": 0})
 
     def alive_workers(self, max_age: float) -> list[str]:
@@ -245,21 +248,26 @@ def _shard_reads(client: redis.Redis, k: QueueKeys, now_ms: int) -> dict[str, An
     pipe.zcard(k.hosts_ready)
     pipe.zcard(k.hosts_wait)
     pipe.zcount(k.hosts_wait, PARKED, "+inf")
-    pipe.zcard(k.refetch)
-    pipe.zcount(k.refetch, "-inf", now_ms)
+    add_pending_reads(pipe, k, now_ms)  # the refetch index (state/refetch_index.py): 4 reads
     (bands, dispatched, running, delayed, dead, history, stats, hist, items, first_sent, gated, eligible,
-     waiting, parked, scheduled, due) = pipe.execute()
+     waiting, parked, *refetch_reads) = pipe.execute()
     # queued in host queues (the host gate), less the ready bands' stale entries (see state/counts.py)
     queued = int(gated or 0) - int(stats.pop("rstale", 0))
     heads: list[str] = []
-    if bands:
+    due_buckets = refetch_reads[-1]
+    bucket_hashes: list[dict[str, str]] = []
+    if bands or due_buckets:
         pipe = client.pipeline(transaction=False)
         for band in bands:
             pipe.llen(k.ready_list(band))
             pipe.lrange(k.ready_list(band), 0, HEAD - 1)
+        add_bucket_reads(pipe, k, due_buckets)
         replies = pipe.execute()
+        bucket_hashes = replies[2 * len(bands):]
+        replies = replies[:2 * len(bands)]
         queued += sum(replies[0::2])
         heads = [tid for ids in replies[1::2] for tid in ids]
+    refetch = pending_of(stats.pop("refetch_waiting", 0), refetch_reads, bucket_hashes, now_ms)
     if gated and int(gated) > 0:
         heads += _host_heads(client, k)
     starts = [s for s in map(_ready_since, read_records(client, k, heads) if heads else []) if s is not None]
@@ -268,7 +276,7 @@ def _shard_reads(client: redis.Redis, k: QueueKeys, now_ms: int) -> dict[str, An
             "first_sent": [int(first_sent[0][1])] if first_sent else [],
             "hosts": {"eligible": int(eligible), "waiting": int(waiting) - int(parked),
                       "parked": int(parked)},
-            "refetch": {"waiting": int(scheduled), "due": int(due)}}
+            "refetch": refetch}
 
 
 def _host_heads(client: redis.Redis, k: QueueKeys) -> list[str]:

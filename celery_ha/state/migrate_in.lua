@@ -9,29 +9,32 @@
     r running: no holder can be left (migrate.py refuses while the source's workers live): a stall,
       as a reclaim counts it (dead past max_stalls, else queued with the rows' queued tasks)
     w delayed: the delayed index at its due time
-    x dead: the dead letters at its time of death (ut), and the refetch index when the row gives a
-      time (a retryable death keeps its schedule: _refetch.lua)
-    c completed: remembered when it is a dedup task (its completion hour), in the completed history
-      and the refetch index when the row gives a time for them (a record the source kept only for
-      its refetch schedule is in no history)
+    x dead: the dead letters at its time of death (ut)
+    c completed: in the completed history when the row gives a time for it (a record the source kept
+      only for its refetch schedule is in no history); remembered when it is a dedup task (its
+      completion hour), unless it waits for a scheduled run
+    a completed or dead record that waits for a scheduled run (_refetch.lua: with iv; a retryable
+      death keeps its schedule) is indexed in rfb at its due time (ut + iv) and counted in stats
+      refetch_waiting: its record is its dedup memory
   KEYS[1]  tasks
   KEYS[2]  readyp
   KEYS[3]  delayed
   KEYS[6]  dead
   KEYS[7]  completed (the bounded history)
   KEYS[9]  checkpoints
-  KEYS[10] stats
+  KEYS[10] stats (refetch_waiting)
   KEYS[11] wake (one token per task queued, for blocked claim_next callers)
   Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority>, the host
     gate's keys (_hosts.lua: h, hb, hl, hq, hcfg, hosts, hready, hwait), the buckets of remembered
     ids (_remembered.lua: d:<3 chars>, d:~, dk), the carried ids (cd:<3 chars>, cd:~, their bitmap
     cdk), migmap, the
-    refetch index (_refetch.lua: refetch) and the sink (items, itemlog) are named from ARGV[1], the
+    refetch index (_refetch.lua: rfb) and the sink (items, itemlog) are named from ARGV[1], the
     prefix every KEYS entry starts with (its {hash tag} included), so they share KEYS[1]'s slot
     (_common checks it).
   ARGV[1] namespace prefix
   ARGV[2] what the rows are: 'r' records, 'm' remembered ids, 'c' carried ids, 'i' items
-  ARGV[3..] 'r': 6 per task: id, record (_record_codec.lua), checkpoint JSON or '', refetch due (ms) or '',
+  ARGV[3..] 'r': 6 per task: id, record (_record_codec.lua), checkpoint JSON or '', refetch due (ms) or ''
+              (not read: the record's ut + iv says it),
               its time in the source's completed history (ms) or '', and its id in the source when
               the task was renamed ('' when it keeps it): kept in migmap (id -> source id) while the
               migration runs, so a renamed id another task holds is told from a re-run's
@@ -85,7 +88,7 @@ local queued, woken = band_batch(), 0
 rec_batch()
 local K_MIGMAP = PREFIX .. 'migmap'
 for i = 3, #ARGV, 6 do
-  local id, raw, ckpt, refetch_due, history = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local id, raw, ckpt, history = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 4]
   local from = ARGV[i + 5]
   local remembered = false
   if rec_get(id) then
@@ -111,13 +114,20 @@ for i = 3, #ARGV, 6 do
       redis.call('ZADD', K_DELAYED, st.due or fmt(now), id)
     elseif s == 'x' then
       redis.call('ZADD', K_DEAD, fmt((tonumber(st.ut) or now) * 1000), id)
-      if refetch_due ~= '' then redis.call('ZADD', K_REFETCH, refetch_due, id) end -- its schedule kept
     elseif s == 'c' then
-      if st.dd == '1' and remember(id, now, done_hour(tonumber(st.ut) or now), true) == 1 then
+      if st.dd == '1' and not waiting_due(st)
+          and remember(id, now, done_hour(tonumber(st.ut) or now), true) == 1 then
         remembered = true
       end
       if history ~= '' then redis.call('ZADD', K_COMPLETED, history, id) end
-      if refetch_due ~= '' then redis.call('ZADD', K_REFETCH, refetch_due, id) end
+    end
+    -- A waiting one keeps its schedule (_refetch.lua), indexed before its record is written (a split
+    -- copies the index entry); a running one that died here was indexed by its death (to_dead).
+    local due = (s == 'x' or s == 'c') and waiting_due(st)
+    if due then
+      local bucket = string.format('%d', rec_index(rec_hash(id))) -- its record's (_records.lua)
+      redis.call('ZADD', PREFIX .. 'rfb', 'LT', fmt(due), bucket)
+      incr('refetch_waiting', 1)
     end
     if s == 'w' or s == 'x' or s == 'c' then
       rec_set(id, raw)

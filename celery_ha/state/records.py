@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple
 
+from celery_ha.state.wait_head import WAIT_MARK, decode_wait, encode_wait
+
 
 class TaskState(str, Enum):
     """The public name of a task's state.
@@ -87,9 +89,12 @@ class TaskInfo:
         first = body[:1]
         payload = (_loads(body) if first == "{" else {"u": "https:" + body} if first == "/"
                    else {"u": body} if body else _EMPTY)
-        if head[:1] == "{":
+        mark = head[:1]
+        if mark == "{":
             return cls._parse_json(task_id, _loads(head), payload)
-        marked = head[:1] == HOST_MARK
+        if mark == WAIT_MARK:
+            return cls._parse_json(task_id, decode_wait(head, payload_host(body)), payload)
+        marked = mark == HOST_MARK
         f = (head[1:] if marked else head).split(HEAD_SEP)
         if len(f) < _N_FIELDS:
             f += _PADDING[len(f):]
@@ -127,7 +132,7 @@ class TaskInfo:
     @classmethod
     def _parse_json(cls, task_id: str, st: dict[str, Any], payload: dict[str, Any]) -> TaskInfo:
         """The snapshot of a record whose head is JSON (earlier releases, or a value the compact
-        head cannot hold)."""
+        head cannot hold), or of the state a waiting head decodes to."""
         get = st.get
         ct, ut, due = get("ct"), get("ut"), get("due")
         info = object.__new__(cls)
@@ -196,13 +201,15 @@ def payload_host(payload: str) -> str | None:
 
 
 def decode_head(head: str) -> dict[str, str]:
-    """The state part of a record (its first line), compact or JSON, as the JSON head holds it:
-    field -> string, the task name left out at its default, a dedup task's lower-case letter and
+    """The state part of a record (its first line), compact, waiting or JSON, as the JSON head holds
+    it: field -> string, the task name left out at its default, a dedup task's lower-case letter and
     dd "1" (a position past HEAD_FIELDS, a later release's, is named by its 1-based number). A head
     that leaves the host key to its payload (HOST_MARK) gives ``h`` as HOST_MARK: :func:`decode_state`
     reads the whole record and gives the host."""
     if head[:1] == "{":
         return _loads(head)
+    if head[:1] == WAIT_MARK:
+        return decode_wait(head, HOST_MARK)
     marked = head[:1] == HOST_MARK
     st = {HEAD_FIELDS[j] if j < _N_FIELDS else str(j + 1): value
           for j, value in enumerate((head[1:] if marked else head).split(HEAD_SEP)) if value}
@@ -225,17 +232,24 @@ def decode_state(raw: str) -> dict[str, str]:
     return st
 
 
-def encode_head(st: dict[str, str]) -> str:
-    """The head ``encode()`` of _record_codec.lua writes for ``st`` (tests, tooling): the same compact head
-    when it can hold every field, else a JSON head (escaped as json.dumps does, not as cjson)."""
+def encode_head(st: dict[str, str], payload: str | None = None) -> str:
+    """The head ``encode()`` of _record_codec.lua writes for ``st`` (tests, tooling): the waiting head
+    for a finished state with ``iv`` when it holds every value, else the same compact head when it
+    can hold every field, else a JSON head (escaped as json.dumps does, not as cjson). ``payload``:
+    the record's, for the waiting head's host form (without it ``h`` is written in full); the compact
+    head's HOST_MARK is the unrolled way's only, which this does not write."""
     st = {k: v for k, v in st.items() if not (k == "n" and v == DEFAULT_TASK)}
+    if "iv" in st and st.get("s") in ("c", "x"):
+        head = encode_wait(st, None if payload is None else payload_host(payload))
+        if head is not None:
+            return head
     vals = [""] * _N_FIELDS
     for name, value in st.items():
         if (name not in HEAD_FIELDS or not isinstance(value, str) or not value or HEAD_SEP in value
                 or "\n" in value):
             return json.dumps(st, separators=(",", ":"), ensure_ascii=False)
         vals[HEAD_FIELDS.index(name)] = value
-    if vals[0][:1] == "{" or vals[0] in _UNFOLD:
+    if vals[0][:1] in ("{", WAIT_MARK, HOST_MARK) or vals[0] in _UNFOLD:
         return json.dumps(st, separators=(",", ":"), ensure_ascii=False)
     if vals[2] == "1" and vals[0] in DEDUP_LETTERS:
         vals[0], vals[2] = DEDUP_LETTERS[vals[0]], ""

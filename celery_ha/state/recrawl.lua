@@ -8,12 +8,13 @@
     queues completed tasks only and leaves a dead one, and its scheduled run, alone)
   KEYS[7]  completed (the id leaves the history, whose trim would otherwise delete its record)
   KEYS[8]  done (the old sorted set of finished dedup ids: the id leaves it, as it leaves the buckets)
-  KEYS[10] stats
+  KEYS[10] stats (recrawled; refetch_waiting: a task waiting for a scheduled run leaves it)
   KEYS[11] wake (one token per queued task)
-  Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority>, the buckets of remembered ids (_remembered.lua: d:<3 chars>,
-    d:~; the id is no longer a finished dedup id), a gated task's host keys (_hosts.lua) and the
-    refetch index (_refetch.lua: a scheduled id leaves it; its next completion schedules it again)
-    it may touch are
+  Same slot: the record buckets (_records.lua: t:<i>, tg, rfb), the ready lists r:<priority>, the
+    buckets of remembered ids (_remembered.lua: d:<3 chars>, d:~; the id is no longer a finished
+    dedup id), a gated task's host keys (_hosts.lua) and the earlier releases' refetch index
+    (_refetch.lua: refetch; a scheduled id leaves it, its next completion schedules it again) it
+    may touch are
     named from ARGV[1], the prefix every KEYS entry starts with (its {hash tag} included), so they
     share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
@@ -25,7 +26,7 @@
 local now = now_ms()
 local reply = {}
 local queued = band_batch()
-local count = 0
+local count, left = 0, 0
 for j = 2, #ARGV do
   local id = ARGV[j]
   local st, payload = load(id)
@@ -34,12 +35,13 @@ for j = 2, #ARGV do
   elseif st.s ~= 'c' then
     reply[#reply + 1] = '0'
   else
-    requeue_finished(id, st, payload, queued, now)
+    left = left + requeue_finished(id, st, payload, queued, now)
     count = count + 1
     reply[#reply + 1] = '1'
   end
 end
 band_flush(queued, 'RPUSH', now)
 incr('recrawled', count)
+incr('refetch_waiting', -left)
 wake(count)
 return table.concat(reply)

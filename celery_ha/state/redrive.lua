@@ -1,13 +1,15 @@
 --[[ Move dead tasks back to ready with failures and stalls reset: one named task, or up to `batch`
-  of the oldest dead tasks. A dead task waiting for its scheduled run (_refetch.lua) leaves the
-  refetch index: the redriven run is its next one (its completion schedules the one after).
+  of the oldest dead tasks. A dead task waiting for its scheduled run (_refetch.lua) waits no more
+  (stats refetch_waiting, or the earlier releases' index `refetch`): the redriven run is its next one
+  (its completion schedules the one after).
   KEYS[1]  tasks
   KEYS[2]  readyp
   KEYS[6]  dead
-  KEYS[10] stats
+  KEYS[10] stats (refetch_waiting: a waiting task leaves it)
   KEYS[11] wake
-  Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority>, a gated
-    task's host keys (_hosts.lua) and the refetch index (_refetch.lua: refetch) it may touch are
+  Same slot: the record buckets (_records.lua: t:<i>, tg, rfb), the ready lists r:<priority>, a
+    gated task's host keys (_hosts.lua) and the earlier releases' refetch index (_refetch.lua:
+    refetch) it may touch are
     named from ARGV[1], the prefix every KEYS entry starts with (its {hash tag} included), so they
     share KEYS[1]'s slot (_common checks it).
   ARGV[1] namespace prefix
@@ -27,7 +29,7 @@ local function revive(id)
   redis.call('ZREM', K_DEAD, id)
   if not st then return R_UNKNOWN end
   if st.s ~= 'x' then return 0 end
-  unschedule(id)
+  unschedule(id, st)
   st.a = nil
   st.st = nil
   st.f = nil

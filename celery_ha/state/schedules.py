@@ -6,28 +6,32 @@ applies. Schedules live in Redis, not in the processes, so every worker, beat an
 holds a copy (its scripts may read only keys of their own slot), written by :meth:`set_schedule`.
 
 What happens (``_refetch.lua``): at each completion the script looks up the task's schedule and, if it
-has one, stores the next run's due time in the shard's ``refetch`` index and keeps the completed record
-(the history's trim no longer deletes it: it is what queues the run again). The maintenance sweep calls
-:meth:`refetch_due`, which queues due runs (bounded per call) at the back of their band or through
-their host's queue, so the host gate paces refetches like any other work, however old the completion.
+has one, keeps the interval in the record and the completed record itself (the history's trim no longer
+deletes it: it is what queues the run again, at its completion time plus the interval), and indexes it
+by its record bucket in the shard's refetch index (``rfb``: per bucket of 16-32 records, a lower bound
+of their due times; ``state/refetch_index.py``). The maintenance sweep calls :meth:`refetch_due`,
+which reads the due buckets and queues their due runs (bounded per call) at the back of their band or
+through their host's queue, so the host gate paces refetches like any other work, however old the
+completion. A waiting dedup task's id is not remembered apart (``_remembered.lua``): its record is the
+dedup memory while it waits.
 
 A scheduled run that dies for a reason that may pass — its attempts spent on retryable errors (a site
 down for a while), or its stalls past ``max_stalls`` — keeps its next regular run: it stays in
-``dead`` (listed, counted, redrivable) and waits in ``refetch`` one interval after its death, as a
+``dead`` (listed, counted, redrivable) and waits for its run one interval after its death, as a
 completion without a verdict would schedule it (the schedule in force: an unset one, or ``every=0``,
 ends it); when due, :meth:`refetch_due` queues it as a new run (out of ``dead``, attempts and stalls
 reset, its last error kept as the previous one). A permanent failure (a 404/410, a robots.txt refusal,
 ``PermanentError``: a failure without retry) and a cancel end the schedule, as a redrive replaces the
-waiting run by the redriven one: an id waits in ``refetch`` only while its record is completed or
-dead.
+waiting run by the redriven one: a task waits exactly while its record is completed or dead and
+keeps its interval (a final failure clears it).
 
 Adaptive schedules follow Nutch's AdaptiveFetchSchedule: the run's output verdict — ``ctx.signature``
 (a digest of the page, or of the emitted items) compared with the previous run's, or a 304 to a
 conditional request — multiplies the interval by 1.4 when unchanged and by 0.8 when changed, within
 [min, max]. A run without a verdict keeps the interval.
 
-Memory: a scheduled task keeps its record (~200-250 B with a 60-character URL) while it waits; an
-unscheduled finished URL is only a dedup id.
+Memory: a scheduled task keeps its record while it waits (~170 B with a 60-character URL), plus a few
+bytes of the index per record; an unscheduled finished URL is only a dedup id.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from celery_ha.base.hosts import check_host_key
 from celery_ha.base.validation import check_int, check_task_name, parse_duration
 from celery_ha.redisio.scripts import eval_script
 from celery_ha.state.keys import QueueKeys
+from celery_ha.state.refetch_index import pending, waiting_ids
 
 #: Shortest interval a schedule may have (seconds).
 MIN_INTERVAL = 1.0
@@ -166,8 +171,9 @@ class ScheduleOps:
 
     def refetch_due(self, limit: int = 250, max_calls: int = 40) -> int:
         """Queue the scheduled runs whose time came (the sweep calls it): at most ``limit`` per script
-        call (short calls: other clients wait behind each) and ``max_calls`` calls per shard. Returns
-        how many were queued."""
+        call, which reads due record buckets until ``limit`` * 4 records were looked at (short calls:
+        other clients wait behind each), and ``max_calls`` calls per shard. Returns how many were
+        queued."""
         limit = check_int("limit", limit, 1, 10_000)
         calls = check_int("max_calls", max_calls, 1, 1_000_000)
         total = 0
@@ -180,22 +186,15 @@ class ScheduleOps:
         return total
 
     def refetch_pending(self) -> dict[str, int]:
-        """How many runs wait for their time (``waiting``, dead scheduled tasks' included) and how many
-        are due now (``due``)."""
+        """How many runs wait for their time (``waiting``, dead scheduled tasks' included: exact) and
+        how many are due now (``due``: exact while at most 64 record buckets per shard are due, else
+        an estimate, see ``state/refetch_index.py``)."""
         self._ensure_layout()
-        seconds, micros = self.client.time()
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
-        pipe = self.client.pipeline(transaction=False)
-        for keys in self._shards:
-            pipe.zcard(keys.refetch)
-            pipe.zcount(keys.refetch, "-inf", now_ms)
-        counts = pipe.execute()
-        return {"waiting": sum(counts[0::2]), "due": sum(counts[1::2])}
+        return pending(self.client, self._shards)
 
     def refetch_ids(self) -> Iterator[str]:
-        """Ids of every task waiting for a scheduled run, read in batches (the recrawl verb's
-        selections read them with the completed history)."""
+        """Ids of every task waiting for a scheduled run, read in pages of record buckets (the recrawl
+        verb's selections read them with the completed history)."""
         self._ensure_layout()
         for keys in self._shards:
-            for member, _score in self.client.zscan_iter(keys.refetch, count=1000):
-                yield member
+            yield from waiting_ids(self.client, keys)

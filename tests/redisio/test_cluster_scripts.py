@@ -236,6 +236,9 @@ def _run_every_script(url: str) -> None:
     pool.ban(pid, seconds=60)  # ban
     pool.unban(pid)  # unban
     assert pool.remove(pid)  # remove
+    # A finished URL without a schedule is remembered (a scheduled one's record is its dedup memory).
+    plain = q.enqueue("https://example.org/plain", task="plain")
+    q.complete(q.claim(plain, "w1"))
     report = Migration(client, "sc", "sc3", 3).run()  # migrate_in: records, remembered ids, items
     assert sum(report.tasks.values()) > 0 and report.remembered > 0 and report.items > 0
     gated = TaskQueue(client, "scg", lease_ttl=30, history_max=0, host_gate=True)

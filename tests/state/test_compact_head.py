@@ -14,7 +14,7 @@ import redis
 
 import celery_ha.state
 from celery_ha.redisio.scripts import script_source
-from celery_ha.state import TaskQueue
+from celery_ha.state import TaskQueue, wait_head
 from celery_ha.state.records import (
     DEDUP_LETTERS,
     DEFAULT_TASK,
@@ -25,6 +25,7 @@ from celery_ha.state.records import (
     decode_head,
     encode_head,
 )
+from celery_ha.state.wait_head import WAIT_FIELDS, WAIT_KINDS, WAIT_MARK, WAIT_TAGS
 from tests.support.cli import run
 from tests.support.invariants import check_invariants
 from tests.support.records import put_raw_record, raw_record
@@ -69,6 +70,26 @@ def test_the_field_order_is_one_in_lua_and_python() -> None:
     for path in _STATE.glob("*.lua"):
         used |= set(re.findall(r"\bst\.(\w+)", path.read_text(encoding="utf-8")))
     assert used <= set(HEAD_FIELDS), used - set(HEAD_FIELDS)
+
+
+def test_the_waiting_head_is_one_in_lua_and_python() -> None:
+    """The waiting head's mark, tags, kinds and fields (wait_head.py and _record_codec.lua), its base 62
+    (_base62.lua's alphabet) and separator (HEAD_SEP)."""
+    assert re.search(r"first == (\d+) then -- '(.)'", _CODEC).groups() == (str(ord(WAIT_MARK)), WAIT_MARK)
+    assert re.search(r"local out, o, count, open = \{'(.)'", _CODEC).group(1) == WAIT_MARK
+    tags, kinds, positions = re.search(r"local WAIT_FORMS = '([^']*)'", _CODEC).group(1).split(" ")
+    assert (tags, kinds) == (WAIT_TAGS, WAIT_KINDS)
+    assert tuple(HEAD_FIELDS[ord(c) - ord("A")] for c in positions) == WAIT_FIELDS
+    assert len(tags) == 21 and re.search(r"while j <= 21 do", _CODEC)  # the rows' length, in the code
+    assert len(WAIT_TAGS) == len(set(WAIT_TAGS)) == len(WAIT_KINDS) == len(WAIT_FIELDS)
+    assert set(WAIT_FIELDS) == set(HEAD_FIELDS) - {"s", "dd", "ut"} and set(WAIT_KINDS) == set("iucsxht")
+    assert not any(tag.isalnum() or tag in HEAD_SEP + "\n" + WAIT_MARK for tag in WAIT_TAGS)
+    # A field's forms are next to each other, in the order encode() tries them.
+    assert [f for j, f in enumerate(WAIT_FIELDS) if j == 0 or WAIT_FIELDS[j - 1] != f] == \
+        list(dict.fromkeys(WAIT_FIELDS))
+    alpha = (_STATE / "_base62.lua").read_text(encoding="utf-8")
+    assert re.search(r"local ALPHA = '(\w+)'", alpha).group(1) == wait_head._B62
+    assert wait_head._SEP == HEAD_SEP
 
 
 @pytest.fixture
@@ -121,6 +142,7 @@ def test_every_field_goes_through_lua_and_python_and_back(codec, fields: list[st
     ("e", "line one\nline two"), ("e", "a" + HEAD_SEP + "b"), ("w", ""), ("pe", "x\n" + HEAD_SEP),
     ("zz", "a field of a later release"), ("s", "{"), ("s", "{x"), ("n", ""), ("h", "a\nb"),
     ("s", "Q"), ("s", "X"),  # an upper-case letter in a compact head says dedup
+    ("s", "~"), ("s", "~q"), ("s", "@c"),  # a head starting so says the host form, the waiting head
 ])
 def test_what_the_compact_head_cannot_hold_is_a_json_head(codec, field: str, value: str) -> None:
     st = {"s": "w", "ct": "1796418992826", "a": "1", field: value}

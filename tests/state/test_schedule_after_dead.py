@@ -15,8 +15,9 @@ from celery_ha.state.migrate import Migration
 from celery_ha.state.purge import purge_namespace
 from celery_ha.state.records import Lease, decode_head
 from tests.support.celery_helpers import wait_for
-from tests.support.invariants import check_hosts, membership
+from tests.support.invariants import check_hosts, check_refetch_index, membership
 from tests.support.records import all_records
+from tests.support.refetch import scheduled_at, waiting
 
 URL = "https://shop.example/list"
 
@@ -66,7 +67,7 @@ def _stall_until_dead(q: TaskQueue, tid: str) -> None:
 
 def _due_in(q: TaskQueue, tid: str) -> float | None:
     """Seconds (Redis clock) until the task's scheduled run, None when it waits for none."""
-    score = q.client.zscore(q.keys.refetch, tid)
+    score = scheduled_at(q, tid)
     if score is None:
         return None
     seconds, micros = q.client.time()
@@ -83,7 +84,7 @@ def _check(q: TaskQueue) -> dict[str, str]:
     location = {tid: name for name, ids in where.items() for tid in ids}
     assert sum(map(len, where.values())) == len(location), f"an id in two places: {where}"
     states = {tid: decode_head(raw.partition("\n")[0])["s"] for tid, raw in all_records(r, q.keys)}
-    scheduled = set(r.zrange(q.keys.refetch, 0, -1))
+    scheduled = set().union(*(check_refetch_index(r, k) for k in q._shards))  # the index agrees
     structure = {"q": "ready", "d": "inflight", "r": "running", "w": "delayed", "x": "dead", "c": "completed"}
     for tid, s in states.items():
         if s == "c" and tid in scheduled and tid not in location:
@@ -124,7 +125,7 @@ def test_retries_spent_on_an_outage_keep_the_next_regular_run(q: TaskQueue) -> N
 
     _finish(q, tid)  # the site is back: the run completes and schedules the next one
     assert q.get(tid).state == "completed" and 0 < (_due_in(q, tid) or 0) <= 2.0
-    assert q.client.zcard(q.keys.refetch) == 1
+    assert waiting(q) == [tid]
     _check(q)
 
 
@@ -195,7 +196,7 @@ def test_a_redrive_leaves_no_stale_entry(q1: TaskQueue) -> None:
     _check(q)
     # That run fails for good: nothing may bring the task back (a stale entry would queue it again).
     assert q.fail(_claim(q, tid), "PermanentFetchError: HTTP 410", retry=False) == "dead"
-    assert q.client.zcard(q.keys.refetch) == 0 and q.refetch_due() == 0
+    assert waiting(q) == [] and q.refetch_due() == 0
     assert q.get(tid).state == "dead" and q.stats()["dead"] == 1
 
     # A redrive of all dead tasks the same way; the redriven run completes: one entry, its next run.
@@ -204,10 +205,10 @@ def test_a_redrive_leaves_no_stale_entry(q1: TaskQueue) -> None:
     wait_for(lambda: q.refetch_due() == 1, timeout=10, message="the other page's run")
     _stall_until_dead(q, other)
     assert _due_in(q, other) is not None
-    assert q.redrive() == 2 and q.client.zcard(q.keys.refetch) == 0
+    assert q.redrive() == 2 and waiting(q) == []
     _finish(q, tid)
     _finish(q, other)
-    assert q.client.zcard(q.keys.refetch) == 2 and q.stats()["dead"] == 0
+    assert len(waiting(q)) == 2 and q.stats()["dead"] == 0
     _check(q)
 
 
@@ -218,12 +219,12 @@ def test_a_recrawl_leaves_a_dead_task_and_its_run_alone(q: TaskQueue) -> None:
     wait_for(lambda: q.refetch_due() == 1, timeout=10, message="the first scheduled run")
     _fail_until_dead(q, tid)
     assert q.recrawl([tid]) == {tid: "not completed"}
-    assert q.client.zrange(q.keys.refetch, 0, -1) == [tid]  # one entry, its own
+    assert waiting(q) == [tid]  # one waiting run, its own
     wait_for(lambda: q.refetch_due() == 1, timeout=10, message="the run after the death")
     assert q.recrawl([tid]) == {tid: "not completed"}  # queued now: a recrawl adds nothing
-    assert q.client.zcard(q.keys.refetch) == 0
+    assert waiting(q) == []
     _finish(q, tid)
-    assert q.recrawl([tid]) == {tid: "queued"} and q.client.zcard(q.keys.refetch) == 0
+    assert q.recrawl([tid]) == {tid: "queued"} and waiting(q) == []
     _check(q)
 
 
@@ -282,13 +283,13 @@ def test_a_migration_carries_a_dead_tasks_waiting_run(q: TaskQueue) -> None:
     _finish(q, tid)
     wait_for(lambda: q.refetch_due() == 1, timeout=10, message="the first scheduled run")
     _fail_until_dead(q, tid)
-    due = q.client.zscore(q.keys.refetch, tid)
+    due = scheduled_at(q, tid)
     assert due is not None
 
     Migration(q.client, "sd", "sd2", 1).run()
     dst = TaskQueue(q.client, "sd2", history_max=2)
     (moved,) = [t.id for t in dst.dead()]
-    assert dst.client.zscore(dst.keys.refetch, moved) == due
+    assert scheduled_at(dst, moved) == due
     _check(dst)
     wait_for(lambda: dst.refetch_due() == 1, timeout=10, message="the waiting run, in the new namespace")
     assert dst.get(moved).state == "queued"

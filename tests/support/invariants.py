@@ -8,12 +8,13 @@ import redis
 
 from celery_ha.state import TaskQueue
 from celery_ha.state.counts import live_band_ids, live_host_ids
-from celery_ha.state.done_times import count_remembered
+from celery_ha.state.done_times import count_remembered, remembered
 from celery_ha.state.host_queues import host_queue_ids
 from celery_ha.state.hosts import SLOT
 from celery_ha.state.keys import QueueKeys
-from celery_ha.state.record_store import all_records
-from celery_ha.state.records import decode_head, decode_state
+from celery_ha.state.record_store import all_records, bucket_count
+from celery_ha.state.records import TaskInfo, decode_head, decode_state
+from celery_ha.state.refetch_index import waiting_due
 
 #: state code -> the structure that must hold the id
 _STRUCTURE_OF = {"q": "ready", "d": "inflight", "r": "running", "w": "delayed", "x": "dead", "c": "completed"}
@@ -67,7 +68,7 @@ def check_invariants(r: redis.Redis, q: TaskQueue) -> dict[str, str]:
     assert not doubled, f"ids in more than one place: {doubled}"
     states: dict[str, str] = {}
     # A completed task waiting for a scheduled run keeps its record after the history let it go.
-    scheduled = {tid for shard in q._shards for tid in r.zrange(shard.refetch, 0, -1)}
+    scheduled = set().union(*(check_refetch_index(r, shard) for shard in q._shards))
     for tid, raw in _records(r, q.keys).items():
         st = decode_head(raw.partition("\n")[0])
         expected = _STRUCTURE_OF[st["s"]]
@@ -75,9 +76,6 @@ def check_invariants(r: redis.Redis, q: TaskQueue) -> dict[str, str]:
             expected = None
         assert location.get(tid) == expected, f"{tid} is {st['s']!r} but sits in {location.get(tid)!r}"
         states[tid] = st["s"]
-    for tid in scheduled:  # completed, or dead with its schedule kept (a retryable death)
-        state = states.get(tid, "c")
-        assert state in ("c", "x"), f"{tid} waits for a scheduled run but is {state!r}"
     orphans = set(location) - set(states)
     assert not orphans, f"ids without a record: {orphans}"
     # Every non-empty band is indexed (an emptied band may stay indexed until the next pop).
@@ -93,6 +91,44 @@ def check_invariants(r: redis.Redis, q: TaskQueue) -> dict[str, str]:
     assert int(r.hget(q.keys.stats, "remembered") or 0) == in_buckets, f"{in_buckets} ids in the buckets"
     check_hosts(r, q)
     return states
+
+
+def waiting_records(r: redis.Redis, k: QueueKeys) -> dict[str, tuple[int, int | None, bool]]:
+    """Every record of shard ``k`` that waits for a scheduled run (completed or dead, with its
+    interval: ``_refetch.lua``): id -> (its due time in ms, its record bucket (None for the hash of
+    earlier releases), whether it is a dedup task)."""
+    out: dict[str, tuple[int, int | None, bool]] = {}
+    pages = [(i, r.hgetall(k.record_bucket(i)).items()) for i in range(bucket_count(r, k))]
+    for i, pairs in [*pages, (None, r.hscan_iter(k.tasks, count=500))]:
+        for tid, raw in pairs:
+            info = TaskInfo.parse(tid, raw)
+            due = waiting_due(info)
+            if due is not None:
+                out[tid] = (due, i, info.dedup)
+    return out
+
+
+def check_refetch_index(r: redis.Redis, k: QueueKeys) -> set[str]:
+    """The refetch index agrees with the records (``_refetch.lua``): every waiting record's bucket is
+    indexed at or below its due time, unless the index of earlier releases holds its id; that index
+    holds only waiting records; stats ``refetch_waiting`` counts exactly the waiting records the
+    earlier index does not; a waiting dedup task's id is not remembered apart (its record is the
+    dedup memory), unless the earlier index holds it. Returns the waiting ids."""
+    waiting = waiting_records(r, k)
+    legacy = set(r.zrange(k.refetch, 0, -1))
+    index = {int(b): score for b, score in r.zrange(k.refetch_buckets, 0, -1, withscores=True)}
+    assert legacy <= set(waiting), f"in the earlier refetch index, waiting for none: {legacy - set(waiting)}"
+    for tid, (due, bucket, dedup) in waiting.items():
+        if tid in legacy:
+            continue
+        assert bucket is not None, f"{tid} waits in the hash of earlier releases, unindexed"
+        assert bucket in index and index[bucket] <= due, \
+            f"{tid} (due {due}) unindexed: bucket {bucket} scores {index.get(bucket)}"
+        assert not (dedup and remembered(r, k, tid)), f"{tid} waits for a scheduled run and is remembered too"
+    counted = int(r.hget(k.stats, "refetch_waiting") or 0)
+    indexed = set(waiting) - legacy
+    assert counted == len(indexed), f"refetch_waiting {counted}, {len(indexed)} records wait"
+    return set(waiting)
 
 
 def _limit(hs: dict[str, str], defaults: dict[str, str], field: str, default: float) -> float:

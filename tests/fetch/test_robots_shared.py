@@ -124,7 +124,8 @@ def test_a_frozen_fetchers_lock_lapses_and_another_process_fetches(site: RobotsS
         """)], cwd=str(Path(__file__).resolve().parents[2]))
     try:
         lock = store.lock_key(f"http://{site.host}")
-        wait_until(lambda: r.exists(lock), timeout=20, what="the holder to take the fetch lock")
+        wait_until(lambda: r.exists(lock) and site.robots_started == 1, timeout=20,
+                   what="the holder's robots.txt request to reach the site")
         os.kill(holder.pid, signal.SIGSTOP)
         site.robots_secs = 0.0
         done: list[int] = []

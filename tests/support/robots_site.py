@@ -32,6 +32,7 @@ class RobotsSite:
     robots_secs: float = 0.0
     redirects: dict[str, str] = field(default_factory=dict)
     log: list[Arrival] = field(default_factory=list)
+    robots_started: int = 0  # robots.txt requests the site began to answer
     lock: threading.Lock = field(default_factory=threading.Lock)
     server: ThreadingHTTPServer | None = None
 
@@ -62,7 +63,10 @@ class RobotsSite:
         if path in self.redirects:
             return 301, b"moved", {"Location": self.redirects[path], "Content-Type": "text/plain"}
         if path == "/robots.txt":
-            time.sleep(self.robots_secs)  # the site's slowness, in its own request thread
+            secs = self.robots_secs
+            with self.lock:
+                self.robots_started += 1  # before it answers (the log has answered requests only)
+            time.sleep(secs)  # the site's slowness, in its own request thread
             if self.robots_status != 200:
                 return self.robots_status, b"not now", {"Content-Type": "text/plain"}
             if self.robots is None:

@@ -109,6 +109,7 @@ _ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "direct_when_empty": ("CELERY_HA_DIRECT_WHEN_EMPTY", parse.flag),
     "flower_auth": ("CELERY_HA_FLOWER_AUTH", parse.basic_auth),
     "batch": ("CELERY_HA_BATCH", parse.batch),
+    "chain": ("CELERY_HA_CHAIN", parse.number(float, 0, 60)),
     "script_push": ("CELERY_HA_SCRIPT_PUSH", parse.flag),
     "web_auth": ("CELERY_HA_WEB_AUTH", parse.text),
     "web_namespaces": ("CELERY_HA_WEB_NAMESPACES", parse_namespaces),
@@ -221,6 +222,10 @@ class Settings:
     flower_auth: str = field(default="", repr=False)
     # CELERY_HA_BATCH, "20" or "name=50,*=5": durable task ids per Celery message (default 1)
     batch: dict[str, int] = field(default_factory=dict)
+    # CELERY_HA_CHAIN, seconds: a pool process that completes a task takes the next queued one of the
+    # same name itself, in the completion's script, for up to this long per message (0 = never;
+    # integration/running/chain.py); None = chain_seconds decides
+    chain: float | None = None
     # CELERY_HA_SCRIPT_PUSH: a completion's script pushes the refill's messages onto a Redis broker
     # on the state's server itself (integration/dispatch/script_push.py); 0 = always publish from Python
     script_push: bool = True
@@ -287,6 +292,15 @@ class Settings:
     def batch_size(self, task: str) -> int:
         """Ids one Celery message of ``task`` carries (``CELERY_HA_BATCH``; 1 when unset)."""
         return self.batch.get(task, self.batch.get("*", 1))
+
+    @property
+    def chain_seconds(self) -> float:
+        """How long a pool process may chain tasks per message: ``CELERY_HA_CHAIN``, else 1 s for a
+        worker of one namespace and 0 for one serving several, whose consumer's rotation over their
+        queues is what keeps them fair (a chain holds its process in one namespace's work)."""
+        if self.chain is not None:
+            return self.chain
+        return 1.0 if len(self.served_namespaces) == 1 and not self.namespace_patterns else 0.0
 
     @property
     def largest_batch(self) -> int:

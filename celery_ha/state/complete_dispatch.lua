@@ -8,9 +8,9 @@
   KEYS[4]  inflight (the refill; the window counts it)
   KEYS[5]  running
   KEYS[7]  completed
-  KEYS[9]  ckpt (dropped with the completion)
+  KEYS[9]  ckpt (dropped with the completion; a chained task's is read into its lease)
   KEYS[10] stats
-  KEYS[12] hist (the runtime histogram counts the completion)
+  KEYS[12] hist (the runtime histogram counts the completion, the wait histogram a chained claim)
   KEYS[13] items (hash: item key -> item JSON)
   KEYS[14] itemlog (list: item keys in commit order)
   Same slot: the record buckets (_records.lua: t:<i>, tg), the ready lists r:<priority>, the host gate's keys (_hosts.lua: h, hb, hl, hq, hcfg,
@@ -33,13 +33,23 @@
     signature (_refetch.lua)
   ARGV[10] '1': with a refill, the reply also tells when the host gate's first waiting host may
     hand out a task (a gated worker arms its pump timer with it: no round trip of its own); '' not
-  ARGV[11] P, the length of the push section (0: the caller sends every message)
-  ARGV[12..11+P] the push section (_push.lua), used only with a refill
-  ARGV[12+P..] item key, item JSON, item key, item JSON, ... (a key the sink holds is ignored)
+  ARGV[11] the chain (CELERY_HA_CHAIN): '' none; else the lease ttl (ms) of the next task this
+    caller takes itself: after the refill, the best queued task (pop_best, as a claim takes it) is
+    leased to ARGV[12] when its task name is ARGV[13] (claim.lua's grant: one script for a
+    completion and the next claim); the best one of another task name stays queued (a gated one,
+    whose host's pacing counted the pop, is dispatched, its message sent as the refill's are);
+    nothing is taken without a refill (ARGV[6] ''), when the refill left nothing queued, or when
+    the shard is closed
+  ARGV[12] the chain's worker (the next lease's holder), '' without a chain
+  ARGV[13] the chain's task name, '' without a chain
+  ARGV[14] P, the length of the push section (0: the caller sends every message)
+  ARGV[15..14+P] the push section (_push.lua), used only with a refill
+  ARGV[15+P..] item key, item JSON, item key, item JSON, ... (a key the sink holds is ignored)
   Reply: {new items (0 or more), flat list of {id, task name, priority, resent} as dispatch.lua's
     for the caller to send (those not pushed), messages pushed, the push's refusal text or false,
     the gate's wait: {now (ms, Redis clock), hwait's first score or false when no host waits} when
-    asked for and refilled, else false}, the list empty without a refill; or a refusal (nothing
+    asked for and refilled, else false, the chained task's lease (as claim.lua's reply) or false},
+    the list empty without a refill (but for a chain's dispatched task); or a refusal (nothing
     written, nothing dispatched): R_UNKNOWN, R_WAITING, R_STALE_TOKEN, R_DELAYED, R_COMPLETED, R_DEAD
 ]]
 --#include _common
@@ -51,18 +61,50 @@ local geometry = redis.call('HMGET', K_GEOM, 'l', 's', 'mv')
 rec_level, rec_split = tonumber(geometry[1]) or 0, tonumber(geometry[2]) or 0
 rec_mod = 2 ^ rec_level
 local now = now_ms()
-local push_to = 11 + tonumber(ARGV[11])
+local push_to = 14 + tonumber(ARGV[14])
 local items_from = push_to + 1
 local added, refusal = complete_with_items(ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), now,
   ARGV[9], items_from)
 if not added then return refusal end
-if ARGV[6] == '' or geometry[3] then return {added, {}, 0, false, false} end
-local out = fill_window(now, tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8])
-local wait = false
-if ARGV[10] == '1' then
-  local head = gate_busy() and redis.call('ZRANGE', K_HWAIT, 0, 0, 'WITHSCORES') or {}
-  wait = {now, head[2] or false}
+if geometry[3] then return {added, {}, 0, false, false, false} end
+local out, wait = {}, false
+if ARGV[6] ~= '' then
+  out = fill_window(now, tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8])
+  if ARGV[10] == '1' then
+    local head = gate_busy() and redis.call('ZRANGE', K_HWAIT, 0, 0, 'WITHSCORES') or {}
+    wait = {now, head[2] or false}
+  end
 end
-if push_to == 11 or #out == 0 then return {added, out, 0, false, wait} end
-local left, pushed, err = push_messages(out, 12, push_to)
-return {added, left, pushed, err, wait}
+local chained = false
+if ARGV[11] ~= '' and ARGV[6] ~= '' then -- only with a refill: it keeps the others' work first
+  -- The best queued task (a few stale entries skipped): this caller's own when it has the chain's
+  -- task name. Another task name's goes back to the front of its band, where the pop took it from
+  -- (the chain ends: the caller's next task comes from the broker, and a refill sends this one);
+  -- a gated one, which its host's pacing already counted, is dispatched as fill_window does.
+  for _ = 1, 4 do
+    local id, st, payload = pop_best(now, 'c')
+    if not id then break end
+    if st and st.s == 'q' then
+      if st.n == ARGV[13] then
+        chained = grant(id, st, payload, ARGV[12], tonumber(ARGV[11]), now, true)
+      elseif not st.h then
+        redis.call('LPUSH', ready_key(st.p or '0'), id)
+      else
+        host_out(st.h, now, 'd', host_popped(st.h))
+        st.s = 'd'
+        st.qt = st.qt or st.ut or st.ct
+        st.ut = fmt(now)
+        save(id, st, payload)
+        redis.call('ZADD', K_INFLIGHT, fmt(now), id)
+        out[#out + 1] = id
+        out[#out + 1] = st.n
+        out[#out + 1] = st.p or '0'
+        out[#out + 1] = 0
+      end
+      break
+    end
+  end
+end
+if push_to == 14 or #out == 0 then return {added, out, 0, false, wait, chained} end
+local left, pushed, err = push_messages(out, 15, push_to)
+return {added, left, pushed, err, wait, chained}

@@ -83,6 +83,9 @@ class Completion(NamedTuple):
     #: may hand out a task, SLOT (9e15) when it waits for an event, None when no host waits), ms of the
     #: Redis clock; else None.
     host_wait: tuple[int, int | None] | None = None
+    #: With ``chain``: the next task's lease, taken for the chain's worker by the same script (the
+    #: best queued task, of the chain's task name), else None.
+    next_lease: Lease | None = None
 
 
 class CompletionOps:
@@ -118,14 +121,23 @@ class CompletionOps:
     def complete_and_push(self, lease: Lease, items: Iterable[tuple[str, Mapping[str, Any]]] = (),
                           *, window: int | None = None, redispatch_after: float = 60.0,
                           promote_limit: int = 1000, push: ListPush | None = None,
-                          host_wait: bool = False) -> Completion:
+                          host_wait: bool = False, chain: tuple[str, str] | None = None,
+                          ttl: float | None = None) -> Completion:
         """:meth:`complete_and_dispatch`, and with ``push`` the script pushes the refill's messages
         onto the broker's lists itself (``_push.lua``); what it did not push is left to send. With
         ``host_wait`` a refill also tells when the host gate's first waiting host is due
-        (:attr:`Completion.host_wait`), which a gated worker's pump timer needs after each task."""
+        (:attr:`Completion.host_wait`), which a gated worker's pump timer needs after each task.
+        ``chain`` = (worker, task name): after a refill, the best queued task, when it has that task
+        name, is leased to that worker (``ttl``, as :meth:`claim`) in the same script
+        (:attr:`Completion.next_lease`): a worker that keeps going pays one script per task."""
         task_id, token = lease_ids(lease)
         args = item_args(items)
         refill = window is not None and self.shard_count == 1
+        chain_args = ["", "", ""]
+        if chain is not None and refill:
+            worker, name = chain
+            chain_args = [str(self._ttl_ms(ttl)), check_text("worker", worker, MAX_NAME_CHARS),
+                          check_text("task name", name, MAX_NAME_CHARS)]
         window_arg: int | str = check_int("window", window, 0, 1_000_000) if refill else ""
         after_ms = int(check_number("redispatch_after", redispatch_after, 0, 30 * 86_400, "seconds") * 1000)
         limit = check_int("promote_limit", promote_limit, 1, MAX_BATCH)
@@ -136,18 +148,18 @@ class CompletionOps:
         k = self._shards[shard]
         reply = self._run("complete_dispatch", task_id, token, self.history_max, int(self.history_age * 1000),
                           window_arg, after_ms, limit, verdict_of(lease), "1" if host_wait else "",
-                          len(push_args), *push_args, *args,
+                          *chain_args, len(push_args), *push_args, *args,
                           keys=[*self._key_lists[shard], k.items, k.item_log], shard=shard)
         if refused(reply):
             raise_for(reply, task_id, token)
-        added, flat, pushed, error, wait = reply
+        added, flat, pushed, error, wait, chained = reply
         if isinstance(error, bytes):
             error = error.decode(errors="replace")
         waits = None
         if wait:
             waits = (int(wait[0]), int(float(wait[1])) if wait[1] else None)
         return Completion(int(added), dispatched_from(flat) if refill else None, int(pushed), error or None,
-                          waits)
+                          waits, lease_from(chained, chain_args[1]) if chained else None)
 
     def complete_and_claim_id(self, lease: Lease, next_id: str, worker: str,
                               items: Iterable[tuple[str, Mapping[str, Any]]] = (), *,

@@ -81,6 +81,18 @@ def test_django_settings_are_the_fallback() -> None:
     assert out.stdout.split() == ["from-django", "20.0"]
 
 
+def test_chains_are_on_for_one_namespace_and_off_for_a_worker_of_several_unless_set() -> None:
+    assert Settings.from_env({}).chain_seconds == 1.0
+    assert Settings.from_env({"CELERY_HA_NAMESPACES": "shop,news"}).chain_seconds == 0.0
+    assert Settings.from_env({"CELERY_HA_NAMESPACES": "crawl-*"}).chain_seconds == 0.0
+    both = {"CELERY_HA_NAMESPACES": "shop,news", "CELERY_HA_CHAIN": "2.5"}
+    assert Settings.from_env(both).chain_seconds == 2.5
+    assert Settings.from_env({"CELERY_HA_CHAIN": "0"}).chain_seconds == 0.0
+    for bad in ("-1", "soon", "61"):
+        with pytest.raises(ConfigurationError, match="CELERY_HA_CHAIN"):
+            Settings.from_env({"CELERY_HA_CHAIN": bad})
+
+
 def test_batch_sizes_per_task_name() -> None:
     s = Settings.from_env({"CELERY_HA_BATCH": "bench_noop=50, *=5"})
     assert (s.batch_size("bench_noop"), s.batch_size("fetch_page"), s.largest_batch) == (50, 5, 50)

@@ -353,7 +353,8 @@ def test_a_real_workers_refills_are_pushed_by_the_completion_script(make_cluster
     """Through a real worker every refill message is pushed by the completion's script (MONITOR shows
     its LPUSH as a script's), and the crawl completes; with CELERY_HA_SCRIPT_PUSH=0 every message is
     published by a client (kombu)."""
-    cluster = make_cluster(CELERY_HA_WINDOW="2", CELERY_HA_SCRIPT_PUSH=script_push)
+    # No chains: a chained task has no message (tests/chaos/test_chains.py); here every task has one.
+    cluster = make_cluster(CELERY_HA_WINDOW="2", CELERY_HA_SCRIPT_PUSH=script_push, CELERY_HA_CHAIN="0")
     cluster.worker("w1", concurrency=2)
     seen: list[dict[str, Any]] = []
     ready = threading.Event()

@@ -70,6 +70,8 @@ class DurableContext:
         self.committed = 0
         # The host gate's first due time as the completion's script read it (Completion.host_wait)
         self.host_wait: tuple[int, int | None] | None = None
+        # The next task's lease, leased to this process by the completion's script (a chain)
+        self.chained: Lease | None = None
         # Conditional requests of the task's own page (fetch/conditional.py), made at its first fetch
         self._page: PageValidators | None = None
         # Order-independent digest of the items of this run (ctx.signature() with no data): those of
@@ -312,21 +314,24 @@ class DurableContext:
             self._children = []
 
     def _complete(self, window: int | None, redispatch_after: float,
-                  push: ListPush | None = None, host_wait: bool = False) -> list[Dispatched] | None:
+                  push: ListPush | None = None, host_wait: bool = False,
+                  chain: tuple[str, str] | None = None) -> list[Dispatched] | None:
         """Write the buffered children, then store the buffered items, complete the task and (with
         ``window``) refill the broker window in one fenced script, which with ``push`` also pushes
-        the refill's messages (``integration/dispatch/script_push.py``). Returns the tasks left to send, or
-        None when the window was not refilled (the caller pumps)."""
+        the refill's messages (``integration/dispatch/script_push.py``) and with ``chain`` (worker,
+        task name) leases the next queued task of that name to this process (:attr:`chained`).
+        Returns the tasks left to send, or None when the window was not refilled (the caller pumps)."""
         self._flush_children()
         try:
             done = self._rt.queue.complete_and_push(self.lease, self._items, window=window,
                                                     redispatch_after=redispatch_after, push=push,
-                                                    host_wait=host_wait)
+                                                    host_wait=host_wait, chain=chain)
         except LeaseLost as exc:
             self.mark_lost(str(exc))
             raise
         self.committed += done.added
         self.host_wait = done.host_wait
+        self.chained = done.next_lease
         self._items = []
         if self._page is not None:  # only now: a validator must not outlive uncommitted items
             self._page.remember()

@@ -54,6 +54,7 @@ from celery_ha.state import Dispatched, Lease
 from celery_ha.state.enqueue_ops import task_names_unchecked
 from celery_ha.state.ids import ALPHABET, ID_LEN
 from celery_ha.state.migrate_marks import dropped_for
+from celery_ha.state.worker_registry import running_by_worker
 
 log = logging.getLogger(__name__)
 
@@ -93,16 +94,20 @@ class Outcome:
 
 
 def run_message(spec: DurableTask, celery_task: Any, task_id: str, *, refill: bool = True,
-                lease: Lease | None = None, then_claim: str | None = None) -> Outcome:
+                lease: Lease | None = None, then_claim: str | None = None,
+                chain_until: float | None = None) -> Outcome:
     """Execute durable task ``task_id`` for one Celery message; returns the outcome. ``refill``
     refills the window afterwards (a batch refills once, after its last task). A batch hands in the
     ``lease`` the previous task's completion claimed, and names the task after this one
     (``then_claim``): a completion without refill then claims it in the same script, and the
-    outcome carries its lease (``next_lease``). The children the task queues are not checked
-    against the live workers' task names (``state/enqueue_ops.py``): they are written at a checkpoint
-    or at the completion, where a refusal would fail celery-ha's own step, not the task's call."""
+    outcome carries its lease (``next_lease``). A chain (``running/chain.py``) hands in the lease
+    too, and ``chain_until`` (``time.monotonic()``): a completion before then, with a refill, leases
+    the next queued task of the same name to this process in the same script (``next_lease``). The
+    children the task queues are not checked against the live workers' task names
+    (``state/enqueue_ops.py``): they are written at a checkpoint or at the completion, where a
+    refusal would fail celery-ha's own step, not the task's call."""
     with stop_handler().holding_lease(), task_names_unchecked():
-        return _run_message(spec, celery_task, task_id, refill, lease, then_claim)
+        return _run_message(spec, celery_task, task_id, refill, lease, then_claim, chain_until)
 
 
 def _not_an_id(spec: DurableTask, task_id: str) -> Outcome:
@@ -134,7 +139,7 @@ def _claim(rt: Services, task_id: str) -> Lease | None:
 
 
 def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool, lease: Lease | None,
-                 then_claim: str | None) -> Outcome:
+                 then_claim: str | None, chain_until: float | None) -> Outcome:
     hostname = getattr(getattr(celery_task, "request", None), "hostname", None)
     if hostname:
         set_node(hostname)
@@ -161,9 +166,10 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
     keep.track(ctx, rt)
     outcome = Outcome("completed", task_id, lease.task.url)
     dispatched: list[Dispatched] | None = None  # what the completion's own refill dispatched
-    next_lease: Lease | None = None  # the batch's next task, claimed by the completion's script
+    next_lease: Lease | None = None  # the batch's or chain's next task, claimed by the completion's script
     task_cpu = 0.0  # CPU seconds of the task's own code (where its refill is published)
     in_task = False  # the task's own function is on the stack: what it raises is the task's
+    chain: tuple[str, str] | None = None  # what the completion asked of a chain
     try:
         publish_queued()  # what the last completion dispatched goes out now, not beside this task's code
         with stop.running(ctx):
@@ -185,9 +191,12 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
                 next_lease = ctx._complete_and_claim(then_claim)
             else:
                 window = refill_window(rt) if refill else None
+                if (window is not None and chain_until is not None and time.monotonic() < chain_until
+                        and not (stop.stop_requested or stop.soft_limit)):
+                    chain = (rt.worker_name, spec.name)
                 dispatched = ctx._complete(window, rt.settings.redispatch_after,
                                            script_push(celery_task.app, rt) if window is not None else None,
-                                           host_wait=window is not None and gate_on(rt))
+                                           host_wait=window is not None and gate_on(rt), chain=chain)
     except LeaseLost as exc:
         outcome = Outcome("lost", task_id, lease.task.url, f"lease lost: {exc}")
         log.warning("task %s stopped, its lease is lost: %s", task_id, exc)
@@ -203,6 +212,8 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
     except Exception as exc:
         if is_infrastructure_error(exc):
             outcome = _hand_back(ctx, rt, f"Redis unavailable ({type(exc).__name__}: {exc})")
+            if chain is not None:  # the script may have run, its reply lost: a lease nobody knows of
+                _release_unknown_chained(rt, task_id)
         elif in_task:
             outcome = _fail(ctx, rt, f"{type(exc).__name__}: {exc}",
                             retry=not (is_permanent(exc) or _refused_input(exc)))
@@ -219,7 +230,32 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
         log.exception("task %s: celery-ha could not send the refill messages (the pump re-sends them "
                       "after CELERY_HA_REDISPATCH_AFTER)", task_id)
     attempt.ended(outcome.kind, outcome.detail)
+    next_lease = next_lease or ctx.chained  # leased by the completion, whatever was raised after it
     return replace(outcome, next_lease=next_lease) if next_lease is not None else outcome
+
+
+def _release_unknown_chained(rt: Services, done_id: str) -> None:
+    """A completion that asked for a chain lost its reply (Redis timed out or paused): its script may
+    have run and leased the next task to this process, which never heard of it. This process is the
+    one holder under its worker name and runs nothing else now, so whatever else it holds is that
+    lease: handed back, uncounted, while Redis lets (within the lease's TTL; past it the lease
+    expires and the sweep takes the task back with a stall)."""
+    deadline = time.monotonic() + max(1.0, rt.settings.lease_ttl - 1.0)
+    try:
+        held = with_patience(lambda: running_by_worker(rt.client, rt.queue.namespace).get(rt.worker_name, []),
+                             deadline)
+        for tid in held:
+            if tid == done_id:
+                continue
+            token = with_patience(lambda tid=tid: rt.queue.get(tid).token, deadline)
+            state = with_patience(lambda tid=tid, token=token: rt.queue.release(
+                tid, token=token, worker=rt.worker_name, count_stall=False,
+                reason="leased by a completion whose reply was lost"), deadline)
+            log.warning("task %s, leased to this process by a completion whose reply was lost, handed "
+                        "back: %s", tid, state)
+    except Exception as exc:
+        log.warning("could not look for a task leased by a completion whose reply was lost (%s): its "
+                    "lease will expire", exc)
 
 
 def _refused_input(exc: BaseException) -> bool:

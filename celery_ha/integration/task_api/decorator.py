@@ -25,12 +25,13 @@ from celery import shared_task
 
 from celery_ha.base.errors import ConfigurationError
 from celery_ha.integration.core.queues import CRAWL
-from celery_ha.integration.core.services import namespace_of_request, serving
+from celery_ha.integration.core.services import namespace_of_request, services, serving
 from celery_ha.integration.core.task_spec import REGISTRY, DurableTask
 from celery_ha.integration.running.batch import run_batch, summary
 from celery_ha.integration.running.celery_outcome import DurableTaskDead, report
+from celery_ha.integration.running.chain import chain_summary, run_chain
 from celery_ha.integration.running.context import DurableContext
-from celery_ha.integration.running.runner import looks_like_task_id, run_message
+from celery_ha.integration.running.runner import looks_like_task_id
 from celery_ha.integration.task_api.misuse import TASK_CLASS_OVERRIDES, not_enqueued
 
 #: Celery options celery-ha sets on every durable task, which a task may not override: its
@@ -80,7 +81,8 @@ def durable_task(name: str | None = None, *, queue: str = CRAWL, item_key: str |
             # The namespace of the queue the message came from (a worker may serve several).
             with serving(namespace_of_request(self.request)):
                 if len(task_ids) == 1:
-                    return report(run_message(spec, self, task_ids[0]))
+                    first, chained = run_chain(spec, self, task_ids[0], services().settings.chain_seconds)
+                    return chain_summary(report(first), chained)
                 return summary(run_batch(spec, self, list(task_ids)), len(task_ids))
 
         run.__name__ = fn.__name__

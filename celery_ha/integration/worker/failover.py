@@ -5,7 +5,9 @@ When a pool child is SIGKILLed or OOM-killed, Celery's main process reports the 
 names the lease holder ``node:pid``. If that holder is a process of this node that is no longer
 alive, the lease is released at once (fenced by token and holder, stall counted) and the pump sends
 the task again, so it re-runs within about a second instead of after the lease TTL. A lease another
-process has since taken is never touched: the holder string would differ.
+process has since taken is never touched: the holder string would differ. With chains
+(``CELERY_HA_CHAIN``) the task a child ran may be no id of its message, so the leases every dead
+process of this node still holds are released too (a read of the running tasks, once per loss).
 """
 
 from __future__ import annotations
@@ -88,7 +90,13 @@ def on_child_lost(rt: Services, app: Any, celery_task: Any, exception: BaseExcep
     dying = timed_out_child() if timed_out else None
     try:
         released = False
-        for durable_id in [] if timed_out and dying is None else ids:  # unknown process: leases expire
+        known = [] if timed_out and dying is None else ids  # unknown process: leases expire
+        if known and rt.settings.chain_seconds > 0:
+            # A chain's task (running/chain.py) is no id of the message: the leases the process holds.
+            known = known + [tid for holder, tids in our_held_leases(rt).items() for tid in tids
+                             if tid not in ids and (holder_is_child(rt, holder, dying) if dying is not None
+                                                    else holder_is_dead_here(rt, holder))]
+        for durable_id in known:
             state = release_dead_holder(rt, durable_id, count_stall=True, reason=reason, dying=dying)
             if state is not None:
                 released = True

@@ -1,0 +1,90 @@
+"""Chains (``CELERY_HA_CHAIN``): a pool process that completes a task takes the next one itself.
+
+A durable task through Celery costs Redis two scripts: the claim its message's arrival makes, and
+the completion (with the window's refill). While work is queued beyond what the window's messages
+already offer the other pool processes, the completion's script also leases the best queued task of
+the same task name to the completing process (``complete_dispatch.lua``: a pull, as BullMQ's
+``moveToFinished`` fetches the next job), and the process runs it at once under the same Celery
+message: one script per task, no message, no claim, no broker round trip. A chain lasts at most
+``CELERY_HA_CHAIN`` seconds (1 by default; never more than a tenth of the message's time limit),
+then the process goes back to the broker, where the window's messages wait for it.
+
+Nothing is held back: a chain takes a task only after the refill has given the window every task it
+has room for, and takes one task at a time (a batch's ids wait in their message; a chain's next task
+is queued until its lease). Each chained task is claimed, fenced, renewed, checkpointed and
+completed on its own (its lease names this process, so the worker's fast failover releases it when
+the process dies); a shutdown or the message's soft time limit between two tasks ends the chain,
+and a task leased but not started is handed back, uncounted.
+
+What Celery sees: one message, whose result names the chained tasks' outcomes; Flower shows the
+message's first task only (celery-ha's ``tasks``, dashboard and metrics show every task).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from typing import Any
+
+from celery_ha.integration.core.services import services
+from celery_ha.integration.core.task_spec import DurableTask
+from celery_ha.integration.running.graceful_stop import stop_handler
+from celery_ha.integration.running.runner import Outcome, run_message
+from celery_ha.state import Lease
+
+log = logging.getLogger(__name__)
+
+
+def chain_seconds(celery_task: Any, chain: float) -> float:
+    """How long a message's chain may go on: ``CELERY_HA_CHAIN``, at most a tenth of the message's
+    time limits (a chained task runs under what is left of them), 0 = no chain."""
+    if chain <= 0:
+        return 0.0
+    request = getattr(celery_task, "request", None)
+    limits = [limit for limit in (getattr(request, "timelimit", None) or ())
+              if isinstance(limit, (int, float)) and limit > 0]
+    limits += [limit for limit in (getattr(celery_task, "time_limit", None),
+                                   getattr(celery_task, "soft_time_limit", None))
+               if isinstance(limit, (int, float)) and limit > 0]
+    return min([chain, *(limit / 10 for limit in limits)])
+
+
+def run_chain(spec: DurableTask, celery_task: Any, task_id: str,
+              chain: float) -> tuple[Outcome, list[Outcome]]:
+    """Run the message's task, then the tasks its completions lease to this process, for up to
+    ``chain`` seconds; returns (the message's task's outcome, the chained tasks' outcomes)."""
+    seconds = chain_seconds(celery_task, chain)
+    until = time.monotonic() + seconds if seconds > 0 else None
+    stop = stop_handler()
+    chained: list[Outcome] = []
+    with stop.holding_lease():  # a SIGTERM between two tasks is noted: the chain ends below
+        first = outcome = run_message(spec, celery_task, task_id, chain_until=until)
+        while outcome.next_lease is not None:
+            lease = outcome.next_lease
+            if stop.stop_requested or stop.soft_limit:  # leased, not started: back to queued
+                _release_unstarted(lease)
+                break
+            outcome = run_message(spec, celery_task, lease.task_id, lease=lease, chain_until=until)
+            chained.append(outcome)
+    return first, chained
+
+
+def _release_unstarted(lease: Lease) -> None:
+    """Hand back a task the chain leased but never started (a stop came first), uncounted; if that
+    fails, its lease expires and the sweep reclaims it."""
+    rt = services()
+    try:
+        rt.queue.release(lease.task_id, token=lease.token, worker=rt.worker_name, count_stall=False,
+                         reason="worker stopping before it started")
+    except Exception as exc:
+        log.warning("could not hand back task %s (%s): its lease will expire", lease.task_id, exc)
+
+
+def chain_summary(result: str, chained: list[Outcome]) -> str:
+    """The Celery result of a message that chained: its own task's, then the chained tasks' counts."""
+    if not chained:
+        return result
+    counts = Counter(o.kind for o in chained)
+    kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
+    return f"{result}; then {len(chained)} chained: {kinds}"

@@ -91,15 +91,7 @@ if ARGV[11] ~= '' and ARGV[6] ~= '' then -- only with a refill: it keeps the oth
         redis.call('LPUSH', ready_key(st.p or '0'), id)
       else
         host_out(st.h, now, 'd', host_popped(st.h))
-        st.s = 'd'
-        st.qt = st.qt or st.ut or st.ct
-        st.ut = fmt(now)
-        save(id, st, payload)
-        redis.call('ZADD', K_INFLIGHT, fmt(now), id)
-        out[#out + 1] = id
-        out[#out + 1] = st.n
-        out[#out + 1] = st.p or '0'
-        out[#out + 1] = 0
+        to_inflight(id, st, payload, now, out)
       end
       break
     end

@@ -17,7 +17,7 @@ import pytest
 
 from celery_ha.state.sink import count_items
 from celery_ha.state.worker_registry import running_by_worker
-from tests.support.celery_helpers import Cluster, wait_for
+from tests.support.celery_helpers import Cluster, pause_process, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -123,11 +123,7 @@ def test_a_redis_pause_mid_batch_strands_no_next_id(make_cluster, state_redis) -
         return stats if stats["completed"] >= 150 and stats["running"] >= 2 else None
 
     before = wait_for(under_way, timeout=30, message="the batches under way")
-    state_redis.proc.send_signal(signal.SIGSTOP)
-    paused = time.monotonic()
-    wait_for(lambda: time.monotonic() - paused > 3.0, timeout=5, interval=0.05,
-             message="a pause past the socket timeout")  # the pause itself is what is tested
-    state_redis.proc.send_signal(signal.SIGCONT)
+    pause_process(state_redis.proc, 3.0)  # past the clients' socket timeout
     # A stranded id completes only once its lease expired (5 s after the resume) and the sweep took it
     # back: with every task completed, its stall is counted.
     wait_for(lambda: cluster.all_completed(ids), timeout=30, interval=0.2, message="every task after it")

@@ -6,47 +6,25 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from typing import Any
 
 import pytest
-import redis
 
 from celery_ha.state.sink import count_items, iter_items
-from tests.support.celery_helpers import wait_for
+from tests.support.celery_helpers import pause_process, wait_for, watched_lpushes
 from tests.support.invariants import check_invariants
 
 pytestmark = pytest.mark.slow
 
 
-def _count_messages(url: str, queue: str, stop_word: str, seen: list[str], ready: threading.Event) -> None:
-    """Every LPUSH onto ``queue`` (a Celery message sent, by a client or a script) until ``stop_word``."""
-    client = redis.Redis.from_url(url)
-    with client.monitor() as monitor:
-        ready.set()
-        for command in monitor.listen():
-            text = command["command"]
-            if stop_word in text:
-                return
-            if text.startswith("LPUSH") and queue in text:
-                seen.append(text[:60])
-
-
 def _run_counting_messages(cluster: Any, urls: list[str], task: str = "fetch_page") -> tuple[list[str], int]:
     """Enqueue ``urls``, pump, wait for every task to complete; returns (ids, Celery messages sent)."""
-    seen: list[str] = []
-    ready = threading.Event()
-    watcher = threading.Thread(target=_count_messages, daemon=True,
-                               args=(cluster.broker_url, cluster.crawl_queue, "monitor-stop", seen, ready))
-    watcher.start()
-    assert ready.wait(10)
-    ids = cluster.q.enqueue_many(urls, task=task)
-    cluster.pump()
-    wait_for(lambda: cluster.all_completed(ids), timeout=60, message=f"{len(ids)} tasks completed")
-    cluster.r.echo("monitor-stop")
-    watcher.join(10)
-    return ids, len(seen)
+    with watched_lpushes(cluster.broker_url) as seen:
+        ids = cluster.q.enqueue_many(urls, task=task)
+        cluster.pump()
+        wait_for(lambda: cluster.all_completed(ids), timeout=60, message=f"{len(ids)} tasks completed")
+    return ids, sum(cluster.crawl_queue in c["command"] for c in seen)
 
 
 @pytest.mark.parametrize("chain", ["default", "0"])
@@ -170,11 +148,7 @@ def test_a_redis_pause_while_processes_chain_charges_no_task(make_cluster, state
     assert state_redis.proc is not None
     wait_for(lambda: cluster.q.stats()["completed"] >= 150 and cluster.q.stats()["running"] >= 2, timeout=30,
              message="the chains under way")
-    state_redis.proc.send_signal(signal.SIGSTOP)
-    paused = time.monotonic()
-    wait_for(lambda: time.monotonic() - paused > 3.0, timeout=5, interval=0.05,
-             message="a pause past the socket timeout")  # the pause itself is what is tested
-    state_redis.proc.send_signal(signal.SIGCONT)
+    pause_process(state_redis.proc, 3.0)  # past the clients' socket timeout
     wait_for(lambda: cluster.all_completed(ids), timeout=40, interval=0.2, message="every task after it")
     charged = [(i.id, i.attempts, i.stalls) for i in cluster.q.get_many(ids) if i.attempts or i.stalls]
     assert not charged, charged

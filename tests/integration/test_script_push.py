@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import threading
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -33,7 +32,7 @@ from celery_ha.redisio.client import redis_client
 from celery_ha.state import TaskQueue
 from celery_ha.state.list_push import message_priority
 from tests.support.celery_fixtures import make_cluster, site  # noqa: F401  (fixtures)
-from tests.support.celery_helpers import wait_for
+from tests.support.celery_helpers import wait_for, watched_lpushes
 
 NS = "spush"
 QUEUE = broker_queue(NS)
@@ -334,18 +333,6 @@ def test_a_refused_push_turns_it_off_for_the_process(redis_url: str,
     assert "publishes them from Python" in caplog.text
 
 
-def _monitor_lpushes(url: str, stop_word: str, seen: list[dict[str, Any]], ready: threading.Event) -> None:
-    client = redis.Redis.from_url(url)
-    with client.monitor() as monitor:
-        ready.set()
-        for command in monitor.listen():
-            text = command["command"]
-            if stop_word in text:
-                return
-            if text.startswith("LPUSH"):
-                seen.append(command)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("script_push", ["1", "0"])
 def test_a_real_workers_refills_are_pushed_by_the_completion_script(make_cluster, site, script_push: str  # noqa: F811
@@ -356,17 +343,10 @@ def test_a_real_workers_refills_are_pushed_by_the_completion_script(make_cluster
     # No chains: a chained task has no message (tests/chaos/test_chains.py); here every task has one.
     cluster = make_cluster(CELERY_HA_WINDOW="2", CELERY_HA_SCRIPT_PUSH=script_push, CELERY_HA_CHAIN="0")
     cluster.worker("w1", concurrency=2)
-    seen: list[dict[str, Any]] = []
-    ready = threading.Event()
-    watcher = threading.Thread(target=_monitor_lpushes, daemon=True,
-                               args=(cluster.broker_url, "monitor-stop", seen, ready))
-    watcher.start()
-    assert ready.wait(10)
-    ids = cluster.q.enqueue_many([site.case_url(n) for n in range(12)])
-    cluster.pump()  # the first two messages, from this process
-    wait_for(lambda: cluster.all_completed(ids), timeout=60, message="12 tasks completed")
-    cluster.r.echo("monitor-stop")
-    watcher.join(10)
+    with watched_lpushes(cluster.broker_url) as seen:
+        ids = cluster.q.enqueue_many([site.case_url(n) for n in range(12)])
+        cluster.pump()  # the first two messages, from this process
+        wait_for(lambda: cluster.all_completed(ids), timeout=60, message="12 tasks completed")
     crawl = [c for c in seen if cluster.crawl_queue in c["command"]]
     by_script = [c for c in crawl if c.get("client_type") == "lua"]
     assert len(crawl) >= 12

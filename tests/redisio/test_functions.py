@@ -227,7 +227,8 @@ def test_the_library_keeps_clear_of_lua_limits() -> None:
         prelude = library.text.partition("local function begin_call(")[0]
         functions = re.findall(r"^local function (\w+)\(", prelude, re.MULTILINE)
         top = set(_top_level_locals(prelude)) | set(functions)
-        assert len(top) <= 185, f"{folder.name}: {len(top)} top-level locals of Lua's 200"
+        # 190: ten of Lua's 200 left for begin_call and what the library's text adds around the prelude
+        assert len(top) <= 190, f"{folder.name}: {len(top)} top-level locals of Lua's 200"
         begin = library.text[library.text.index("local function begin_call("):]
         begin = begin[:begin.index("\nredis.register_function(")]
         upvalues = {name for name in top if re.search(rf"\b{name}\b", begin)}

@@ -6,17 +6,20 @@ Waiting is always polling with a deadline, never a bare sleep.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import redis
 from celery import Celery
 
 from celery_ha.base.settings import Settings
@@ -171,3 +174,42 @@ class Cluster:
     def log_text(self, proc: subprocess.Popen[bytes]) -> str:
         return Path(proc.log_path).read_text(errors="replace")  # type: ignore[attr-defined]
 
+
+def _monitor_lpushes(url: str, stop_word: str, seen: list[dict[str, Any]], ready: threading.Event) -> None:
+    client = redis.Redis.from_url(url)
+    with client.monitor() as monitor:
+        ready.set()
+        for command in monitor.listen():
+            text = command["command"]
+            if stop_word in text:
+                return
+            if text.startswith("LPUSH"):
+                seen.append(command)
+
+
+@contextlib.contextmanager
+def watched_lpushes(url: str) -> Iterator[list[dict[str, Any]]]:
+    """MONITOR the server of ``url`` while the block runs: the list it yields holds every LPUSH (a
+    Celery message sent, by a client or a script: ``client_type`` says ``lua``) when the block ends."""
+    seen: list[dict[str, Any]] = []
+    ready = threading.Event()
+    stop_word = f"monitor-stop-{uuid.uuid4().hex[:8]}"
+    watcher = threading.Thread(target=_monitor_lpushes, daemon=True, args=(url, stop_word, seen, ready))
+    watcher.start()
+    assert ready.wait(10), "MONITOR did not start"
+    try:
+        yield seen
+    finally:
+        client = redis.Redis.from_url(url)
+        client.echo(stop_word)
+        client.close()
+        watcher.join(10)
+
+
+def pause_process(proc: subprocess.Popen[bytes], seconds: float) -> None:
+    """SIGSTOP ``proc`` for ``seconds`` (a Redis frozen past its clients' socket timeout), then SIGCONT."""
+    proc.send_signal(signal.SIGSTOP)
+    paused = time.monotonic()
+    wait_for(lambda: time.monotonic() - paused > seconds, timeout=seconds + 2, interval=0.05,
+             message=f"a pause of {seconds} s")  # the pause itself is what is tested
+    proc.send_signal(signal.SIGCONT)

@@ -295,12 +295,12 @@ class Settings:
 
     @property
     def chain_seconds(self) -> float:
-        """How long a pool process may chain tasks per message: ``CELERY_HA_CHAIN``, else 1 s for a
-        worker of one namespace and 0 for one serving several, whose consumer's rotation over their
-        queues is what keeps them fair (a chain holds its process in one namespace's work)."""
+        """How long a pool process may chain tasks per message: ``CELERY_HA_CHAIN``, else 1 s, and 0
+        for a worker serving namespaces by a pattern (those it serves are found as it runs, so a
+        chain could not tell whether one of them has work waiting: integration/running/chain.py)."""
         if self.chain is not None:
             return self.chain
-        return 1.0 if len(self.served_namespaces) == 1 and not self.namespace_patterns else 0.0
+        return 0.0 if self.namespace_patterns else 1.0
 
     @property
     def largest_batch(self) -> int:

@@ -81,11 +81,11 @@ def test_django_settings_are_the_fallback() -> None:
     assert out.stdout.split() == ["from-django", "20.0"]
 
 
-def test_chains_are_on_for_one_namespace_and_off_for_a_worker_of_several_unless_set() -> None:
+def test_chains_are_on_unless_a_pattern_names_the_namespaces_or_they_are_set() -> None:
     assert Settings.from_env({}).chain_seconds == 1.0
-    assert Settings.from_env({"CELERY_HA_NAMESPACES": "shop,news"}).chain_seconds == 0.0
-    assert Settings.from_env({"CELERY_HA_NAMESPACES": "crawl-*"}).chain_seconds == 0.0
-    both = {"CELERY_HA_NAMESPACES": "shop,news", "CELERY_HA_CHAIN": "2.5"}
+    assert Settings.from_env({"CELERY_HA_NAMESPACES": "shop,news"}).chain_seconds == 1.0
+    assert Settings.from_env({"CELERY_HA_NAMESPACES": "shop,crawl-*"}).chain_seconds == 0.0
+    both = {"CELERY_HA_NAMESPACES": "crawl-*", "CELERY_HA_CHAIN": "2.5"}
     assert Settings.from_env(both).chain_seconds == 2.5
     assert Settings.from_env({"CELERY_HA_CHAIN": "0"}).chain_seconds == 0.0
     for bad in ("-1", "soon", "61"):

@@ -16,6 +16,12 @@ completed on its own (its lease names this process, so the worker's fast failove
 the process dies); a shutdown or the message's soft time limit between two tasks ends the chain,
 and a task leased but not started is handed back, uncounted.
 
+A worker serving several namespaces keeps them fair by its consumer's rotation over their queues,
+message by message; a chain holds its process in one namespace's work. So a chain also ends once
+another namespace the worker serves has a message waiting on its crawl queue (the broker's lists
+read at most every :data:`CHECK_EVERY` seconds of a chain; a broker whose lists cannot be read ends
+it at once there).
+
 What Celery sees: one message, whose result names the chained tasks' outcomes; Flower shows the
 message's first task only (celery-ha's ``tasks``, dashboard and metrics show every task).
 """
@@ -27,8 +33,12 @@ import time
 from collections import Counter
 from typing import Any
 
-from celery_ha.integration.core.services import services
+import redis
+
+from celery_ha.integration.core.queues import broker_queue
+from celery_ha.integration.core.services import Services, services
 from celery_ha.integration.core.task_spec import DurableTask
+from celery_ha.integration.dispatch.broker import broker_client, broker_lists
 from celery_ha.integration.running.graceful_stop import stop_handler
 from celery_ha.integration.running.runner import Outcome, run_message
 from celery_ha.state import Lease
@@ -50,22 +60,63 @@ def chain_seconds(celery_task: Any, chain: float) -> float:
     return min([chain, *(limit / 10 for limit in limits)])
 
 
+#: Seconds of a chain between two reads of the other namespaces' crawl queues.
+CHECK_EVERY = 0.1
+
+
+class ChainBudget:
+    """Whether a message's chain may take one more task: before its deadline, and while no other
+    namespace this worker serves has a message waiting (see the module docstring)."""
+
+    def __init__(self, app: Any, rt: Services, seconds: float) -> None:
+        self.until = time.monotonic() + seconds
+        self.app = app
+        self.others = [broker_queue(ns) for ns in rt.settings.served_namespaces if ns != rt.queue.namespace]
+        self.settings = rt.settings
+        self.checked = time.monotonic()  # the message itself came from the rotation just now
+
+    def __call__(self) -> bool:
+        now = time.monotonic()
+        if now >= self.until:
+            return False
+        if self.others and now - self.checked >= CHECK_EVERY:
+            self.checked = now
+            if self._others_waiting():
+                self.until = 0.0
+                return False
+        return True
+
+    def _others_waiting(self) -> bool:
+        client = broker_client(self.app, self.settings)
+        if client is None:
+            return True  # not a Redis broker: their lists cannot be read, so no chain there
+        options = dict(self.app.conf.broker_transport_options or {})
+        try:
+            pipe = client.pipeline(transaction=False)
+            for queue in self.others:
+                for name in broker_lists(queue, options):
+                    pipe.llen(name)
+            return any(pipe.execute())
+        except redis.RedisError:
+            return True
+
+
 def run_chain(spec: DurableTask, celery_task: Any, task_id: str,
               chain: float) -> tuple[Outcome, list[Outcome]]:
     """Run the message's task, then the tasks its completions lease to this process, for up to
     ``chain`` seconds; returns (the message's task's outcome, the chained tasks' outcomes)."""
     seconds = chain_seconds(celery_task, chain)
-    until = time.monotonic() + seconds if seconds > 0 else None
+    budget = ChainBudget(celery_task.app, services(), seconds) if seconds > 0 else None
     stop = stop_handler()
     chained: list[Outcome] = []
     with stop.holding_lease():  # a SIGTERM between two tasks is noted: the chain ends below
-        first = outcome = run_message(spec, celery_task, task_id, chain_until=until)
+        first = outcome = run_message(spec, celery_task, task_id, may_chain=budget)
         while outcome.next_lease is not None:
             lease = outcome.next_lease
             if stop.stop_requested or stop.soft_limit:  # leased, not started: back to queued
                 _release_unstarted(lease)
                 break
-            outcome = run_message(spec, celery_task, lease.task_id, lease=lease, chain_until=until)
+            outcome = run_message(spec, celery_task, lease.task_id, lease=lease, may_chain=budget)
             chained.append(outcome)
     return first, chained
 

@@ -32,6 +32,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -95,19 +96,19 @@ class Outcome:
 
 def run_message(spec: DurableTask, celery_task: Any, task_id: str, *, refill: bool = True,
                 lease: Lease | None = None, then_claim: str | None = None,
-                chain_until: float | None = None) -> Outcome:
+                may_chain: Callable[[], bool] | None = None) -> Outcome:
     """Execute durable task ``task_id`` for one Celery message; returns the outcome. ``refill``
     refills the window afterwards (a batch refills once, after its last task). A batch hands in the
     ``lease`` the previous task's completion claimed, and names the task after this one
     (``then_claim``): a completion without refill then claims it in the same script, and the
     outcome carries its lease (``next_lease``). A chain (``running/chain.py``) hands in the lease
-    too, and ``chain_until`` (``time.monotonic()``): a completion before then, with a refill, leases
-    the next queued task of the same name to this process in the same script (``next_lease``). The
+    too, and ``may_chain``: a completion with a refill, when it says yes, leases the next queued task
+    of the same name to this process in the same script (``next_lease``). The
     children the task queues are not checked against the live workers' task names
     (``state/enqueue_ops.py``): they are written at a checkpoint or at the completion, where a
     refusal would fail celery-ha's own step, not the task's call."""
     with stop_handler().holding_lease(), task_names_unchecked():
-        return _run_message(spec, celery_task, task_id, refill, lease, then_claim, chain_until)
+        return _run_message(spec, celery_task, task_id, refill, lease, then_claim, may_chain)
 
 
 def _not_an_id(spec: DurableTask, task_id: str) -> Outcome:
@@ -139,7 +140,7 @@ def _claim(rt: Services, task_id: str) -> Lease | None:
 
 
 def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool, lease: Lease | None,
-                 then_claim: str | None, chain_until: float | None) -> Outcome:
+                 then_claim: str | None, may_chain: Callable[[], bool] | None) -> Outcome:
     hostname = getattr(getattr(celery_task, "request", None), "hostname", None)
     if hostname:
         set_node(hostname)
@@ -191,8 +192,8 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
                 next_lease = ctx._complete_and_claim(then_claim)
             else:
                 window = refill_window(rt) if refill else None
-                if (window is not None and chain_until is not None and time.monotonic() < chain_until
-                        and not (stop.stop_requested or stop.soft_limit)):
+                if (window is not None and may_chain is not None
+                        and not (stop.stop_requested or stop.soft_limit) and may_chain()):
                     chain = (rt.worker_name, spec.name)
                 dispatched = ctx._complete(window, rt.settings.redispatch_after,
                                            script_push(celery_task.app, rt) if window is not None else None,

@@ -29,6 +29,7 @@ message's first task only (celery-ha's ``tasks``, dashboard and metrics show eve
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -106,7 +107,10 @@ def run_chain(spec: DurableTask, celery_task: Any, task_id: str,
     """Run the message's task, then the tasks its completions lease to this process, for up to
     ``chain`` seconds; returns (the message's task's outcome, the chained tasks' outcomes)."""
     seconds = chain_seconds(celery_task, chain)
-    budget = ChainBudget(celery_task.app, services(), seconds) if seconds > 0 else None
+    # Only a pool process's main thread (prefork, solo) is the one holder under its worker name, which
+    # the hand-back of a lease it never heard of relies on (runner.py): no chain in a thread pool.
+    alone = threading.current_thread() is threading.main_thread()
+    budget = ChainBudget(celery_task.app, services(), seconds) if seconds > 0 and alone else None
     stop = stop_handler()
     chained: list[Outcome] = []
     with stop.holding_lease():  # a SIGTERM between two tasks is noted: the chain ends below

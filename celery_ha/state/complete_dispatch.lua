@@ -38,8 +38,8 @@
     leased to ARGV[12] when its task name is ARGV[13] (claim.lua's grant: one script for a
     completion and the next claim); the best one of another task name stays queued (a gated one,
     whose host's pacing counted the pop, is dispatched, its message sent as the refill's are);
-    nothing is taken without a refill (ARGV[6] ''), when the refill left nothing queued, or when
-    the shard is closed
+    nothing is taken without a refill (ARGV[6] ''), with a window of 0 (a paused namespace's), when
+    the refill left nothing queued, or when the shard is closed
   ARGV[12] the chain's worker (the next lease's holder), '' without a chain
   ARGV[13] the chain's task name, '' without a chain
   ARGV[14] P, the length of the push section (0: the caller sends every message)
@@ -76,7 +76,9 @@ if ARGV[6] ~= '' then
   end
 end
 local chained = false
-if ARGV[11] ~= '' and ARGV[6] ~= '' then -- only with a refill: it keeps the others' work first
+-- Only with a refill (it gives the others' messages their room first) and a window: a window of 0
+-- is a paused namespace's, or one a migration moved away, where nothing may start.
+if ARGV[11] ~= '' and ARGV[6] ~= '' and tonumber(ARGV[6]) > 0 then
   -- The best queued task (a few stale entries skipped): this caller's own when it has the chain's
   -- task name. Another task name's goes back to the front of its band, where the pop took it from
   -- (the chain ends: the caller's next task comes from the broker, and a refill sends this one);

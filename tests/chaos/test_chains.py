@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from celery_ha.state.pause import pause, resume
 from celery_ha.state.sink import count_items, iter_items
 from tests.support.celery_helpers import pause_process, wait_for, watched_lpushes
 from tests.support.invariants import check_invariants
@@ -154,4 +155,28 @@ def test_a_redis_pause_while_processes_chain_charges_no_task(make_cluster, state
     assert not charged, charged
     stats = cluster.q.stats()
     assert (stats["reclaimed"], stats["dead"]) == (0, 0), stats
+    check_invariants(cluster.r, cluster.q)
+
+
+def test_a_pause_stops_the_chains_too(make_cluster, site) -> None:
+    """`celery-ha pause` while every process chains: once the processes read the pause (their window
+    is 0), no chain takes another task; the tasks whose messages had gone out finish, then nothing
+    starts until the resume."""
+    cluster = make_cluster(CELERY_HA_WINDOW="2", CELERY_HA_CHAIN="30")
+    site.delays["/slow/"] = 0.03
+    cluster.worker("w1", concurrency=2)
+    ids = [cluster.q.enqueue(f"{site.url}/slow/P{i}", task="test_steps", meta={"n": 1}) for i in range(300)]
+    cluster.pump()
+    wait_for(lambda: cluster.q.stats()["completed"] >= 20, timeout=30, message="20 completions")
+    assert pause(cluster.r, cluster.namespace, "test")
+    started = time.monotonic()
+    wait_for(lambda: time.monotonic() - started > 3.0, timeout=5, interval=0.1,
+             message="3 s for the processes to read the pause")  # the wait itself is what is tested
+    settled = cluster.q.stats()["completed"]
+    wait_for(lambda: time.monotonic() - started > 5.0, timeout=5, interval=0.1, message="2 s more")
+    assert cluster.q.stats()["completed"] == settled < 300
+    assert cluster.q.stats()["running"] == 0
+    assert resume(cluster.r, cluster.namespace)
+    cluster.pump()
+    wait_for(lambda: cluster.all_completed(ids), timeout=60, message="every task after the resume")
     check_invariants(cluster.r, cluster.q)

@@ -72,17 +72,21 @@ def test_another_task_names_best_task_stays_queued_at_the_front(q: TaskQueue, r:
     check_invariants(r, q)
 
 
-def test_no_chain_without_a_refill_or_with_a_stale_lease(q: TaskQueue, r: redis.Redis) -> None:
-    ids = q.enqueue_many([f"https://example.com/{i}" for i in range(4)])
+def test_no_chain_without_a_refill_with_a_window_of_0_or_with_a_stale_lease(q: TaskQueue,
+                                                                            r: redis.Redis) -> None:
+    ids = q.enqueue_many([f"https://example.com/{i}" for i in range(5)])
     lease = q.claim_next("w:1")
     assert lease is not None
     done = q.complete_and_push(lease, chain=("w:1", "fetch_page"))  # no window: no refill, no chain
     assert done.next_lease is None and done.to_send is None
+    paused = q.claim_next("w:1")  # a paused namespace's window is 0: nothing may start
+    done = q.complete_and_push(paused, window=0, chain=("w:1", "fetch_page"))
+    assert done.next_lease is None and done.to_send == []
     stale = q.claim_next("w:1")
     q.release(stale.task_id, token=stale.token, worker="w:1", count_stall=False, reason="test")
     with pytest.raises(LeaseLost):
         q.complete_and_push(stale, window=1, chain=("w:1", "fetch_page"))
-    assert q.stats()["claimed"] == 2 and {q.get(t).state for t in ids[2:]} == {"queued"}
+    assert q.stats()["claimed"] == 3 and {q.get(t).state for t in ids[3:]} == {"queued"}
     check_invariants(r, q)
 
 
@@ -97,10 +101,13 @@ def test_a_gated_chain_takes_a_host_that_may_go_and_dispatches_another_names(red
     c = gq.enqueue_many([f"http://c.example/{i}" for i in range(3)])
     lease = gq.claim_next("w:1")
     assert lease is not None and lease.task_id == a[0]  # a.example now waits 30 s
-    done = gq.complete_and_push(lease, window=0, chain=("w:1", "fetch_page"))
+    holder = gq.claim_next("w:2")  # one task of b or c running: a window of 1 is full with it sent
+    assert holder is not None
+    gq.dispatch(window=1)
+    done = gq.complete_and_push(lease, window=1, chain=("w:1", "fetch_page"))
     taken = [lease.task_id for lease in [done.next_lease] if lease is not None]
     sent = [d.task_id for d in done.to_send or []]
     assert gq.get(a[1]).state == "queued"  # paced: never taken
-    assert len(taken) + len(sent) == 1 and set(taken + sent) <= set(b + c)
+    assert len(taken) + len(sent) == 1 and set(taken + sent) <= set(b + c) - {holder.task_id}
     assert all(t in c for t in taken) and all(t in b for t in sent)
     check_invariants(r, gq)

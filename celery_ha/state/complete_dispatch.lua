@@ -38,8 +38,9 @@
     leased to ARGV[12] when its task name is ARGV[13] (claim.lua's grant: one script for a
     completion and the next claim); the best one of another task name stays queued (a gated one,
     whose host's pacing counted the pop, is dispatched, its message sent as the refill's are);
-    nothing is taken without a refill (ARGV[6] ''), with a window of 0 (a paused namespace's), when
-    the refill left nothing queued, or when the shard is closed
+    nothing is taken with a window of 0 (a paused namespace's), when the refill left nothing queued,
+    or when the shard is closed; without a refill (ARGV[6] '': a sharded namespace, whose caller
+    pumps afterwards, and asks only while its window is open) the best task of this shard is taken
   ARGV[12] the chain's worker (the next lease's holder), '' without a chain
   ARGV[13] the chain's task name, '' without a chain
   ARGV[14] P, the length of the push section (0: the caller sends every message)
@@ -49,7 +50,7 @@
     for the caller to send (those not pushed), messages pushed, the push's refusal text or false,
     the gate's wait: {now (ms, Redis clock), hwait's first score or false when no host waits} when
     asked for and refilled, else false, the chained task's lease (as claim.lua's reply) or false},
-    the list empty without a refill (but for a chain's dispatched task); or a refusal (nothing
+    the list empty without a refill (but for a chain's dispatched gated task); or a refusal (nothing
     written, nothing dispatched): R_UNKNOWN, R_WAITING, R_STALE_TOKEN, R_DELAYED, R_COMPLETED, R_DEAD
 ]]
 --#include _common
@@ -76,9 +77,11 @@ if ARGV[6] ~= '' then
   end
 end
 local chained = false
--- Only with a refill (it gives the others' messages their room first) and a window: a window of 0
--- is a paused namespace's, or one a migration moved away, where nothing may start.
-if ARGV[11] ~= '' and ARGV[6] ~= '' and tonumber(ARGV[6]) > 0 then
+-- After the refill (it gives the others' messages their room first; a sharded namespace's caller
+-- pumps after this script), never with a window of 0: a paused namespace's, or one a migration moved
+-- away, where nothing may start.
+if ARGV[11] ~= '' and (ARGV[6] == '' or tonumber(ARGV[6]) > 0) then
+  if ARGV[6] == '' then hosts_due(now) end -- fill_window's, without a refill
   -- The best queued task (a few stale entries skipped): this caller's own when it has the chain's
   -- task name. Another task name's goes back to the front of its band, where the pop took it from
   -- (the chain ends: the caller's next task comes from the broker, and a refill sends this one);

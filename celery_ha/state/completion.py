@@ -127,14 +127,16 @@ class CompletionOps:
         onto the broker's lists itself (``_push.lua``); what it did not push is left to send. With
         ``host_wait`` a refill also tells when the host gate's first waiting host is due
         (:attr:`Completion.host_wait`), which a gated worker's pump timer needs after each task.
-        ``chain`` = (worker, task name): after a refill, the best queued task, when it has that task
-        name, is leased to that worker (``ttl``, as :meth:`claim`) in the same script
-        (:attr:`Completion.next_lease`): a worker that keeps going pays one script per task."""
+        ``chain`` = (worker, task name): after the refill (if any: a sharded namespace's is the
+        pump's), the best queued task of the completed task's shard, when it has that task name, is
+        leased to that worker (``ttl``, as :meth:`claim`) in the same script
+        (:attr:`Completion.next_lease`): a worker that keeps going pays one script per task. The
+        caller asks for it only while the namespace's window is above 0 (not paused)."""
         task_id, token = lease_ids(lease)
         args = item_args(items)
         refill = window is not None and self.shard_count == 1
         chain_args = ["", "", ""]
-        if chain is not None and refill:
+        if chain is not None:
             worker, name = chain
             chain_args = [str(self._ttl_ms(ttl)), check_text("worker", worker, MAX_NAME_CHARS),
                           check_text("task name", name, MAX_NAME_CHARS)]
@@ -158,8 +160,10 @@ class CompletionOps:
         waits = None
         if wait:
             waits = (int(wait[0]), int(float(wait[1])) if wait[1] else None)
-        return Completion(int(added), dispatched_from(flat) if refill else None, int(pushed), error or None,
-                          waits, lease_from(chained, chain_args[1]) if chained else None)
+        # Without a refill the list holds at most a chain's gated task of another name (to send).
+        to_send = dispatched_from(flat) if refill or flat else None
+        return Completion(int(added), to_send, int(pushed), error or None, waits,
+                          lease_from(chained, chain_args[1]) if chained else None)
 
     def complete_and_claim_id(self, lease: Lease, next_id: str, worker: str,
                               items: Iterable[tuple[str, Mapping[str, Any]]] = (), *,

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from celery_ha.state import TaskQueue
 from celery_ha.state.pause import pause, resume
 from celery_ha.state.sink import count_items, iter_items
 from tests.support.celery_helpers import pause_process, wait_for, watched_lpushes
@@ -28,13 +29,16 @@ def _run_counting_messages(cluster: Any, urls: list[str], task: str = "fetch_pag
     return ids, sum(cluster.crawl_queue in c["command"] for c in seen)
 
 
-@pytest.mark.parametrize("chain", ["default", "0"])
-def test_a_busy_worker_runs_queued_tasks_without_a_message_each(make_cluster, site, chain: str) -> None:
+@pytest.mark.parametrize("chain, shards", [("default", "1"), ("0", "1"), ("default", "4"), ("0", "4")])
+def test_a_busy_worker_runs_queued_tasks_without_a_message_each(make_cluster, site, chain: str,
+                                                                shards: str) -> None:
     """With work queued beyond the window, a completing process takes the next task itself: 40 pages
     complete exactly once (one request each, one item each) with far fewer Celery messages than tasks;
-    with CELERY_HA_CHAIN=0 every task has its message."""
+    with CELERY_HA_CHAIN=0 every task has its message. A sharded namespace (its refill is the pump's)
+    chains from the completed task's shard."""
     env = {} if chain == "default" else {"CELERY_HA_CHAIN": chain}
-    cluster = make_cluster(CELERY_HA_WINDOW="2", **env)
+    cluster = make_cluster(CELERY_HA_WINDOW="2", CELERY_HA_SHARDS=shards, **env)
+    cluster.q = TaskQueue(cluster.r, cluster.namespace, lease_ttl=3, shards=int(shards))
     site.delays["/case/"] = 0.02
     w1 = cluster.worker("w1", concurrency=2)
     _, messages = _run_counting_messages(cluster, [site.case_url(n) for n in range(40)])

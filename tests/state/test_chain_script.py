@@ -72,14 +72,16 @@ def test_another_task_names_best_task_stays_queued_at_the_front(q: TaskQueue, r:
     check_invariants(r, q)
 
 
-def test_no_chain_without_a_refill_with_a_window_of_0_or_with_a_stale_lease(q: TaskQueue,
-                                                                            r: redis.Redis) -> None:
+def test_without_a_refill_the_shards_best_task_and_with_a_window_of_0_none(q: TaskQueue,
+                                                                           r: redis.Redis) -> None:
+    """No window (a sharded namespace's completion: its caller pumps afterwards) takes the best task;
+    a window of 0 (a paused namespace's) takes nothing; a stale lease nothing either."""
     ids = q.enqueue_many([f"https://example.com/{i}" for i in range(5)])
     lease = q.claim_next("w:1")
     assert lease is not None
-    done = q.complete_and_push(lease, chain=("w:1", "fetch_page"))  # no window: no refill, no chain
-    assert done.next_lease is None and done.to_send is None
-    paused = q.claim_next("w:1")  # a paused namespace's window is 0: nothing may start
+    done = q.complete_and_push(lease, chain=("w:1", "fetch_page"))
+    assert done.to_send is None and done.next_lease is not None and done.next_lease.task_id == ids[1]
+    paused = done.next_lease  # a paused namespace's window is 0: nothing may start
     done = q.complete_and_push(paused, window=0, chain=("w:1", "fetch_page"))
     assert done.next_lease is None and done.to_send == []
     stale = q.claim_next("w:1")

@@ -218,6 +218,19 @@ def refill_window(rt: Services) -> int | None:
         return None
 
 
+def chain_window_open(rt: Services, window: int | None) -> bool:
+    """Whether a chain may take a task after this completion: its namespace's window is above 0 (not
+    paused, not moved away by a migration), as this process last read it. ``window``: what
+    :func:`refill_window` gave for the completion's own refill (one shard); a sharded namespace's
+    (no refill in the script) is read here."""
+    if rt.queue.shard_count == 1:
+        return bool(window)
+    try:
+        return not moved_away(rt.queue, rt.settings) and effective_window(rt.queue, rt.settings) > 0
+    except Exception:  # not known now: no chain (the message path goes on as before)
+        return False
+
+
 def gate_on(rt: Services) -> bool:
     """Whether the namespace's host gate is on, as this process last read it (once per heartbeat
     interval, with the window): a completion then asks its script for the gate's first due time."""

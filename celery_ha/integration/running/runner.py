@@ -44,7 +44,7 @@ from celery_ha.integration.core.services import Services, services, set_node
 from celery_ha.integration.core.task_errors import GracefulStop, HostNotReady, NotModified, is_permanent
 from celery_ha.integration.core.task_spec import DurableTask
 from celery_ha.integration.core.tracing import attempt_started
-from celery_ha.integration.dispatch.pump import gate_on, pump_quietly, refill_window
+from celery_ha.integration.dispatch.pump import chain_window_open, gate_on, pump_quietly, refill_window
 from celery_ha.integration.dispatch.script_push import script_push
 from celery_ha.integration.dispatch.sender import publish_queued, send_soon
 from celery_ha.integration.running.context import DurableContext
@@ -149,6 +149,7 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
         stop.install()
     rt = services()
     keep = keeper(celery_task.app)
+    chained_run = lease is not None and may_chain is not None  # leased by the chain's last completion
     if lease is None and "://" in task_id:  # no id has one: not worth a claim
         return _not_an_id(spec, task_id)
     if lease is None:
@@ -171,6 +172,7 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
     task_cpu = 0.0  # CPU seconds of the task's own code (where its refill is published)
     in_task = False  # the task's own function is on the stack: what it raises is the task's
     chain: tuple[str, str] | None = None  # what the completion asked of a chain
+    refilled = False  # the completion's own script refilled the window (one shard)
     try:
         publish_queued()  # what the last completion dispatched goes out now, not beside this task's code
         with stop.running(ctx):
@@ -192,9 +194,10 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
                 next_lease = ctx._complete_and_claim(then_claim)
             else:
                 window = refill_window(rt) if refill else None
-                if (window is not None and may_chain is not None
-                        and not (stop.stop_requested or stop.soft_limit) and may_chain()):
+                if (refill and may_chain is not None and not (stop.stop_requested or stop.soft_limit)
+                        and chain_window_open(rt, window) and may_chain()):
                     chain = (rt.worker_name, spec.name)
+                refilled = window is not None
                 dispatched = ctx._complete(window, rt.settings.redispatch_after,
                                            script_push(celery_task.app, rt) if window is not None else None,
                                            host_wait=window is not None and gate_on(rt), chain=chain)
@@ -223,10 +226,15 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
     finally:
         keep.untrack(ctx)
     try:
-        if refill and dispatched is not None:
+        if refill and refilled and dispatched is not None:
             send_soon(celery_task.app, rt, dispatched, task_cpu, ctx.host_wait)  # the completion's refill
         elif refill:
-            pump_quietly(celery_task.app, rt)  # refill the window (a handed-back task goes to another worker)
+            if dispatched:  # a sharded namespace's chain dispatched a gated task of another name
+                send_soon(celery_task.app, rt, dispatched, task_cpu, ctx.host_wait)
+            # Refill the window (a handed-back task goes to another worker); a chained task that
+            # completed took no place of the window (no message), so there is nothing to refill.
+            if not (chained_run and outcome.kind == "completed"):
+                pump_quietly(celery_task.app, rt)
     except Exception:  # the task's outcome stands; what was dispatched is re-sent by the pump later
         log.exception("task %s: celery-ha could not send the refill messages (the pump re-sends them "
                       "after CELERY_HA_REDISPATCH_AFTER)", task_id)

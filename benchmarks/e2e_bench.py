@@ -18,6 +18,9 @@ attempt is a span in its enqueuer's trace; ``durable`` in the same rounds is tra
 and the pump, tasks enqueued gated; no limits, so every task waits in its host's queue and is handed
 out by the gate): what the gate's bookkeeping costs end to end; with ``--baseline-rev`` also
 ``baseline-gated``, the same on that revision.
+``--shards N`` adds ``sharded``: durable tasks in a namespace of N shards (``CELERY_HA_SHARDS`` in the
+worker and the pump, on the one server): the refill is the pump's, across shards; with
+``--baseline-rev`` also ``baseline-sharded``.
 ``--plain-reuse`` adds ``plain+reuse``: plain Celery whose kombu reuses its Redis clients as celery-ha's
 worker does (``celery_ha/integration/patches/kombu_client_reuse.py``), so the durable layer's own cost shows
 with that gain set aside. Every ratio is to ``plain``, plain Celery as it ships.
@@ -61,7 +64,7 @@ from celery_ha.base.procfs import child_pids  # noqa: E402
 from celery_ha.integration.patches import kombu_client_reuse  # noqa: E402
 from celery_ha.runtime.redis_process import RedisProcess, free_port  # noqa: E402
 from celery_ha.state import TaskQueue  # noqa: E402
-from celery_ha.state.keys import QueueKeys  # noqa: E402
+from celery_ha.state.shards import shard_keys  # noqa: E402
 
 CELERY = str(Path(sys.executable).parent / "celery")
 NS = "e2e"
@@ -104,6 +107,7 @@ class Bench:
         self.tmp = tmp
         self.r = redis.Redis.from_url(self.state_url, decode_responses=True)
         self.batch = 1
+        self.shards = 1  # of the sharded systems (--shards)
         self.redis_pid = 0  # the server's pid, for its CPU per task
         self.worker_pid = 0  # the running worker's main process (its pool: the rest of its group)
         self.roots: dict[str, Path] = {}  # system -> the source tree its worker runs (default ROOT)
@@ -122,6 +126,8 @@ class Bench:
             env = {**env, "CELERY_HA_EXTRA_IMPORTS": "benchmarks.e2e_durable,benchmarks.e2e_tracing"}
         if system in GATED:
             env = {**env, "CELERY_HA_HOSTS": "1"}
+        if system in SHARDED:
+            env = {**env, "CELERY_HA_SHARDS": str(self.shards)}
         root = self.roots.get(system, ROOT)
         env = {**env, "PYTHONPATH": str(root)}
         proc = subprocess.Popen([CELERY, "-A", app, "worker", "-P", "prefork", "-c", str(concurrency),
@@ -195,7 +201,8 @@ class Bench:
             from celery_ha.celery_app import app
             from celery_ha.integration.dispatch.pump import pump
 
-            q = TaskQueue(self.r, NS, host_gate=system in GATED)
+            q = TaskQueue(self.r, NS, host_gate=system in GATED,
+                          shards=self.shards if system in SHARDED else 1)
             name = "bench_noop" if kind == "noop" else "bench_page"
             if system == "traced":  # queued under a span: every task carries its trace context
                 from benchmarks.e2e_tracing import provider
@@ -209,9 +216,19 @@ class Bench:
                 env["CELERY_HA_BATCH"] = str(self.batch)
             if system in GATED:
                 env["CELERY_HA_HOSTS"] = "1"
+            if system in SHARDED:
+                env["CELERY_HA_SHARDS"] = str(self.shards)
             pump(q, app, Settings.from_env(env))
-            completed = QueueKeys(NS).stats  # one HGET a poll, as plain's one GET
-            self._wait(lambda: int(self.r.hget(completed, "completed") or 0) >= n)
+            # One HGET a poll, as plain's one GET (one per shard, pipelined, in a sharded namespace).
+            counters = [k.stats for k in shard_keys(NS, self.shards if system in SHARDED else 1)]
+
+            def completed() -> int:
+                pipe = self.r.pipeline(transaction=False)
+                for key in counters:
+                    pipe.hget(key, "completed")
+                return sum(int(v or 0) for v in pipe.execute())
+
+            self._wait(lambda: completed() >= n)
         elapsed = time.perf_counter() - started
         reads1, cmds1 = self._info()
         cpu1 = self._cpu()
@@ -231,6 +248,7 @@ class Bench:
 PLAIN = ("plain", "plain+reuse")  # plain Celery workers; the second with celery-ha's kombu client reuse
 BATCHED = ("batch", "baseline-batch")  # durable systems run with CELERY_HA_BATCH=--batch
 GATED = ("gated", "baseline-gated")  # durable systems run with the host gate on (--gated)
+SHARDED = ("sharded", "baseline-sharded")  # durable systems in a namespace of --shards shards
 CPU_FIELDS = ("cpu_ms_main", "cpu_ms_pool", "cpu_ms_redis", "cpu_ms_bench")
 
 
@@ -269,6 +287,8 @@ def main() -> None:
                         help="also run durable tasks with OpenTelemetry on (the 'traced' rows)")
     parser.add_argument("--gated", action="store_true",
                         help="also run durable tasks with the host gate on (the 'gated' rows)")
+    parser.add_argument("--shards", type=int, default=0,
+                        help="also run durable tasks in a namespace of N shards (the 'sharded' rows)")
     parser.add_argument("--plain-reuse", action="store_true",
                         help="also run plain Celery with celery-ha's kombu client reuse (the "
                              "'plain+reuse' rows: what the durable layer costs with that gain set aside)")
@@ -294,6 +314,9 @@ def main() -> None:
         systems += ("traced",)
     if args.gated:
         systems += ("gated",)
+    bench.shards = max(1, args.shards)
+    if args.shards > 1:
+        systems += ("sharded",)
     if args.baseline_rev:
         bench.roots["baseline"] = baseline_tree(args.baseline_rev, tmp / "baseline")
         systems += ("baseline",)
@@ -303,6 +326,9 @@ def main() -> None:
         if args.gated:  # the gate on the baseline's code
             bench.roots["baseline-gated"] = bench.roots["baseline"]
             systems += ("baseline-gated",)
+        if args.shards > 1:  # the shards on the baseline's code
+            bench.roots["baseline-sharded"] = bench.roots["baseline"]
+            systems += ("baseline-sharded",)
     os.environ.update({k: v for k, v in bench.env.items() if k.startswith(("BENCH_", "CELERY"))})
     results: list[dict[str, Any]] = []
     try:
@@ -311,6 +337,7 @@ def main() -> None:
                 measured: dict[str, list[dict[str, float]]] = {system: [] for system in systems}
                 for _ in range(rounds):
                     for system in systems:
+                        bench._reset()  # the namespace's recorded shard count goes too (--shards)
                         proc = bench.worker(system, c)
                         try:
                             bench.round(system, kind, max(50, n // 10))  # warm-up

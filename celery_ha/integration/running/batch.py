@@ -28,7 +28,7 @@ from celery_ha.integration.core.services import services
 from celery_ha.integration.core.task_spec import DurableTask
 from celery_ha.integration.dispatch.pump import pump_quietly, resend_waiting
 from celery_ha.integration.running.graceful_stop import stop_handler
-from celery_ha.integration.running.runner import Outcome, run_message
+from celery_ha.integration.running.runner import Outcome, release_unstarted, run_message
 from celery_ha.state import Lease
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def run_batch(spec: DurableTask, celery_task: Any, task_ids: list[str]) -> list[
         for position, task_id in enumerate(task_ids):
             if stop.stop_requested or stop.soft_limit:  # a shutdown, or the message's soft time limit
                 if claimed is not None:  # claimed, not started: back to queued before it is re-sent
-                    _release_unstarted(rt, claimed)
+                    release_unstarted(rt, claimed)
                 left = task_ids[position:]
                 sent = resend_waiting(celery_task.app, rt, left)
                 why = "its soft time limit" if stop.soft_limit and not stop.stop_requested else "a shutdown"
@@ -61,16 +61,6 @@ def run_batch(spec: DurableTask, celery_task: Any, task_ids: list[str]) -> list[
             if position == last and outcome.kind == "dropped":
                 pump_quietly(celery_task.app, rt)  # a dropped id refills nothing; the batch still does
     return outcomes
-
-
-def _release_unstarted(rt: Any, lease: Lease) -> None:
-    """Hand back a task the batch claimed but never started (a stop came first), uncounted; if that
-    fails, its lease expires and the sweep reclaims it."""
-    try:
-        rt.queue.release(lease.task_id, token=lease.token, worker=rt.worker_name, count_stall=False,
-                         reason="worker shutting down before it started")
-    except Exception as exc:
-        log.warning("could not hand back task %s (%s): its lease will expire", lease.task_id, exc)
 
 
 def summary(outcomes: list[Outcome], total: int) -> str:

@@ -41,8 +41,7 @@ from celery_ha.integration.core.services import Services, services
 from celery_ha.integration.core.task_spec import DurableTask
 from celery_ha.integration.dispatch.broker import broker_client, broker_lists
 from celery_ha.integration.running.graceful_stop import stop_handler
-from celery_ha.integration.running.runner import Outcome, run_message
-from celery_ha.state import Lease
+from celery_ha.integration.running.runner import Outcome, release_unstarted, run_message
 
 log = logging.getLogger(__name__)
 
@@ -118,22 +117,11 @@ def run_chain(spec: DurableTask, celery_task: Any, task_id: str,
         while outcome.next_lease is not None:
             lease = outcome.next_lease
             if stop.stop_requested or stop.soft_limit:  # leased, not started: back to queued
-                _release_unstarted(lease)
+                release_unstarted(services(), lease)
                 break
             outcome = run_message(spec, celery_task, lease.task_id, lease=lease, may_chain=budget)
             chained.append(outcome)
     return first, chained
-
-
-def _release_unstarted(lease: Lease) -> None:
-    """Hand back a task the chain leased but never started (a stop came first), uncounted; if that
-    fails, its lease expires and the sweep reclaims it."""
-    rt = services()
-    try:
-        rt.queue.release(lease.task_id, token=lease.token, worker=rt.worker_name, count_stall=False,
-                         reason="worker stopping before it started")
-    except Exception as exc:
-        log.warning("could not hand back task %s (%s): its lease will expire", lease.task_id, exc)
 
 
 def chain_summary(result: str, chained: list[Outcome]) -> str:

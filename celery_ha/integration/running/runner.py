@@ -243,6 +243,17 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
     return replace(outcome, next_lease=next_lease) if next_lease is not None else outcome
 
 
+def release_unstarted(rt: Services, lease: Lease) -> None:
+    """Hand back a task leased to this process but never started (a batch's next id, a chain's next
+    task, when a stop came first), uncounted; if that fails, its lease expires and the sweep
+    reclaims it."""
+    try:
+        rt.queue.release(lease.task_id, token=lease.token, worker=rt.worker_name, count_stall=False,
+                         reason="worker shutting down before it started")
+    except Exception as exc:
+        log.warning("could not hand back task %s (%s): its lease will expire", lease.task_id, exc)
+
+
 def _release_unknown_chained(rt: Services, done_id: str) -> None:
     """A completion that asked for a chain lost its reply (Redis timed out or paused): its script may
     have run and leased the next task to this process, which never heard of it. This process is the

@@ -32,6 +32,20 @@ def _run(q: TaskQueue, tid: str, verdict: str = "") -> Lease:
     return lease
 
 
+def _redis_ms(q: TaskQueue) -> int:
+    seconds, micros = q.client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def _run_in_order(q: TaskQueue, ids: list[str]) -> None:
+    """Run `ids` one after another, each completing in a later Redis millisecond than the one before:
+    the history orders completions of one millisecond by id, so its trim would pick among them by id."""
+    for tid in ids:
+        _run(q, tid)
+        done = _redis_ms(q)
+        wait_for(lambda done=done: _redis_ms(q) > done, timeout=5, message="the clock's next millisecond")
+
+
 def _due_in(q: TaskQueue, tid: str) -> float:
     """Seconds from now (Redis clock) until the task's scheduled run."""
     score = scheduled_at(q, tid)
@@ -75,9 +89,7 @@ def test_a_scheduled_task_runs_again_however_old_its_completion(q: TaskQueue) ->
     q.set_schedule("crawl_list", every=4)  # long enough for a slow machine to check "not yet due"
     tid = q.enqueue("https://shop.example/list", task="crawl_list")
     others = q.enqueue_many([f"https://shop.example/p/{i}" for i in range(5)])  # no schedule
-    _run(q, tid)
-    for other in others:
-        _run(q, other)
+    _run_in_order(q, [tid, *others])
     # The history (history_max=2) trimmed the scheduled task's completion; its record stays.
     assert not q.client.zscore(q.keys.completed, tid)
     assert q.get(tid).state == "completed" and q.get(tid).refetch_every == 4

@@ -14,7 +14,7 @@ import pytest
 from celery_ha.state import TaskQueue
 from celery_ha.state.pause import pause, resume
 from celery_ha.state.sink import count_items, iter_items
-from tests.support.celery_helpers import pause_process, wait_for, watched_lpushes
+from tests.support.celery_helpers import pause_process, step_hits, wait_for, watched_lpushes
 from tests.support.invariants import check_invariants
 
 pytestmark = pytest.mark.slow
@@ -79,10 +79,6 @@ def test_a_chain_takes_only_tasks_of_its_own_name(make_cluster, site) -> None:
     check_invariants(cluster.r, cluster.q)
 
 
-def _steps(site: Any, label: str) -> list[tuple[int, float]]:
-    return [(int(req.path.rsplit("/", 1)[1]), req.time) for req in site.hits(prefix=f"/slow/{label}/")]
-
-
 def test_a_chained_task_whose_process_is_killed_is_released_at_once(make_cluster, site) -> None:
     """SIGKILL the pool process while it runs a chained task (leased by the previous completion, no
     message of its own): the worker's fast failover releases it (not the 30 s lease expiry), and it
@@ -94,7 +90,7 @@ def test_a_chained_task_whose_process_is_killed_is_released_at_once(make_cluster
     quick = [cluster.q.enqueue(f"{site.url}/slow/Q{i}", task="test_steps", meta={"n": 1}) for i in range(4)]
     slow = cluster.q.enqueue(f"{site.url}/slow/S", task="test_steps", meta={"n": 20})
     cluster.pump()
-    wait_for(lambda: any(step >= 4 for step, _ in _steps(site, "S")), timeout=30,
+    wait_for(lambda: any(step >= 4 for step, _ in step_hits(site, "S")), timeout=30,
              message="step 4 of the slow task")
     # One message went to the process (the first task's), the refill sent the second one's, which
     # waits in the broker: the slow task runs in a chain, without a message.
@@ -104,7 +100,7 @@ def test_a_chained_task_whose_process_is_killed_is_released_at_once(make_cluster
     killed_at = time.time()
     os.kill(int(info.worker.rsplit(":", 1)[1]), signal.SIGKILL)
     wait_for(lambda: cluster.state(slow) == "completed", timeout=20, message="the slow task's completion")
-    after = sorted(t for _, t in _steps(site, "S") if t > killed_at)
+    after = sorted(t for _, t in step_hits(site, "S") if t > killed_at)
     assert after and after[0] - killed_at < 5.0, "re-run after the lease's expiry, not by failover"
     assert cluster.q.get(slow).stalls == 1
     wait_for(lambda: cluster.all_completed(quick), timeout=30, message="the quick tasks")
@@ -133,7 +129,7 @@ def test_a_warm_shutdown_ends_the_chain_and_hands_nothing_to_the_lease_expiry(ma
     cluster.pump()
     wait_for(lambda: cluster.all_completed(ids), timeout=60, message="every task after the restart")
     for i in range(12):  # resumed, not restarted: at most the step in flight at the stop is repeated
-        steps = sorted(step for step, _ in _steps(site, f"G{i}"))
+        steps = sorted(step for step, _ in step_hits(site, f"G{i}"))
         assert sorted(set(steps)) == [0, 1, 2] and len(steps) <= 4, (i, steps)
     stats = cluster.q.stats()
     assert stats["reclaimed"] == 0 and all(cluster.q.get(t).stalls == 0 for t in ids)

@@ -15,17 +15,9 @@ import pytest
 from celery_ha.base.procfs import child_pids
 from celery_ha.integration.dispatch.broker import broker_backlog
 from celery_ha.state.sink import count_items, iter_items
-from tests.support.celery_helpers import wait_for
+from tests.support.celery_helpers import step_hits, wait_for
 
 pytestmark = pytest.mark.slow
-
-
-def _step_hits(site, tid: str) -> list[tuple[int, float]]:
-    """(step, time) of every request the `test_steps` task made for ``tid``."""
-    out = []
-    for req in site.hits(prefix=f"/slow/{tid}/"):
-        out.append((int(req.path.rsplit("/", 1)[1]), req.time))
-    return out
 
 
 def _holder_pid(cluster, tid: str) -> int:
@@ -42,7 +34,7 @@ def test_sigkill_pool_child_resumes_from_checkpoint_within_3s(make_cluster, site
     cluster.worker("w1", concurrency=2)
     tid = cluster.q.enqueue(f"{site.url}/slow/T1", task="test_steps", meta={"n": 12})
     cluster.pump()
-    wait_for(lambda: any(step >= 4 for step, _ in _step_hits(site, "T1")), message="step 4")
+    wait_for(lambda: any(step >= 4 for step, _ in step_hits(site, "T1")), message="step 4")
     pid = _holder_pid(cluster, tid)
     checkpoint_at_kill = (cluster.q.checkpoint(tid) or {}).get("i", 0)
     killed_at = time.time()
@@ -53,7 +45,7 @@ def test_sigkill_pool_child_resumes_from_checkpoint_within_3s(make_cluster, site
     assert info.stalls == 1 and info.attempts == 0
     stats = cluster.q.stats()
     assert stats["completed"] == 1 and stats["released"] == 1 and stats["reclaimed"] == 0
-    after = sorted((t, s) for s, t in _step_hits(site, "T1") if t > killed_at)
+    after = sorted((t, s) for s, t in step_hits(site, "T1") if t > killed_at)
     assert after, "the task never ran again"
     first_time, first_step = after[0]
     assert first_time - killed_at < 3.0, f"re-run took {first_time - killed_at:.2f}s"
@@ -86,9 +78,9 @@ def test_sigkill_whole_worker_other_worker_finishes_after_ttl(make_cluster, site
         info = cluster.q.get(t)
         assert info.stalls == 1, info
         label = cluster.q.get(t).url.rsplit("/", 1)[1]
-        after = sorted(ts for step, ts in _step_hits(site, label) if ts > killed_at)
+        after = sorted(ts for step, ts in step_hits(site, label) if ts > killed_at)
         assert after and after[0] - killed_at >= 2.0, "re-run before the lease could have expired"
-        steps = [step for step, _ in _step_hits(site, label)]
+        steps = [step for step, _ in step_hits(site, label)]
         assert sorted(set(steps)) == list(range(30))
         # resumed, not restarted: at most the in-flight step is repeated
         assert len(steps) - 30 <= 1, steps

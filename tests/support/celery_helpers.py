@@ -206,6 +206,12 @@ def watched_lpushes(url: str) -> Iterator[list[dict[str, Any]]]:
         watcher.join(10)
 
 
+def step_hits(site: Any, label: str) -> list[tuple[int, float]]:
+    """(step, time) of every request the `test_steps` task made under ``/slow/<label>/``, as the demo
+    site logged them: what a resumed task re-fetched, and when."""
+    return [(int(req.path.rsplit("/", 1)[1]), req.time) for req in site.hits(prefix=f"/slow/{label}/")]
+
+
 def pause_process(proc: subprocess.Popen[bytes], seconds: float) -> None:
     """SIGSTOP ``proc`` for ``seconds`` (a Redis frozen past its clients' socket timeout), then SIGCONT."""
     proc.send_signal(signal.SIGSTOP)

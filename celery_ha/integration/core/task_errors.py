@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from celery_ha.fetch.errors import FetchError, HostNotReady, NotModified, PermanentFetchError
+from celery_ha.fetch.robots import RobotsUnreachable
 
 __all__ = ["FetchError", "GracefulStop", "HostNotReady", "NotModified", "PermanentError",
-           "PermanentFetchError", "is_permanent"]
+           "PermanentFetchError", "RobotsUnreachable", "is_permanent"]
 
 
 class PermanentError(Exception):

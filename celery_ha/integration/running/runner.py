@@ -278,9 +278,9 @@ def _release_unknown_chained(rt: Services, done_id: str) -> None:
         for tid in held:
             if tid == done_id:
                 continue
-            token = with_patience(lambda tid=tid: rt.queue.get(tid).token, deadline)
-            state = with_patience(lambda tid=tid, token=token: rt.queue.release(
-                tid, token=token, worker=rt.worker_name, count_stall=False,
+            # Released by holder, not by token: nothing else leases under this name while it waits here.
+            state = with_patience(lambda tid=tid: rt.queue.release(
+                tid, worker=rt.worker_name, count_stall=False,
                 reason="leased by a completion whose reply was lost"), deadline)
             log.warning("task %s, leased to this process by a completion whose reply was lost, handed "
                         "back: %s", tid, state)

@@ -12,10 +12,9 @@ answer:
 * 401/403: everything forbidden (this crawler's choice, kept from earlier releases);
 * any other 4xx, or no file: no rules, everything allowed (§2.3.1.3);
 * 5xx, or every try failed in transport: *unreachable* (§2.3.1.4: complete disallow, for now). The
-  page is not fetched: :class:`RobotsUnreachable` is a retryable FetchError, and a durable task
-  spends no attempt on it (for a gated one the fetcher defers the host and hands the task back,
-  ``fetcher.py``; an ungated one is handed back to wait in ``delayed`` for what the answer is still
-  held, the runner's), so an outage however long kills no page; the answer is held only
+  page is not fetched: :class:`RobotsUnreachable` is a retryable FetchError (an ungated task's
+  attempt fails and is retried with the queue's backoff; for a gated one the fetcher defers the host
+  and hands the task back uncounted, ``fetcher.py``), and the answer is held only
   ``min(UNREACHABLE_HOLD, ttl)`` so the site is asked again soon. A 429/503 of a gated fetch blocks
   the host through the gate (HostNotReady) before it gets here.
 

@@ -2,12 +2,9 @@
   pool child died: the stall counts, so a poison pill still ends up dead), graceful shutdown (it
   does not count), or a fault of celery-ha's own code around the task (counted in the record's `f`;
   every OWN_FAULTS_PER_STALL-th one counts a stall, so a bug that fails every run ends in dead with
-  its reason instead of handing the task back for ever). An uncounted hand-back may ask for a delay:
-  the task waits in `delayed` that long (state 'w', the reason as its error, no attempt spent), as a
-  site whose robots.txt is unreachable makes its ungated pages wait.
+  its reason instead of handing the task back for ever).
   KEYS[1]  tasks
   KEYS[2]  readyp
-  KEYS[3]  delayed (an uncounted hand-back with a delay)
   KEYS[5]  running
   KEYS[6]  dead (a task past max_stalls)
   KEYS[10] stats
@@ -20,9 +17,8 @@
   ARGV[3] fencing token, or '' for any
   ARGV[4] worker, or '' for any
   ARGV[5] count_stall: '1' yes, '0' no, 'f' celery-ha's own fault (see above)
-  ARGV[6] reason (the error recorded if the stall kills the task, or while it waits out a delay)
-  ARGV[7] delay (ms) before an uncounted hand-back is queued again; '' or 0 for none
-  Reply: 'q' queued again, 'w' delayed (waiting out the delay), 'x' dead; or a refusal (nothing written): R_UNKNOWN, R_WAITING,
+  ARGV[6] reason (the error recorded if the stall kills the task)
+  Reply: 'q' queued again, 'x' dead; or a refusal (nothing written): R_UNKNOWN, R_WAITING,
     R_STALE_TOKEN, R_OTHER_WORKER, R_DELAYED, R_COMPLETED, R_DEAD
 ]]
 --#include _common
@@ -47,20 +43,9 @@ if ARGV[5] == 'f' then
     count = true
   end
 end
-local delay = tonumber(ARGV[7]) or 0
 if count then
   state = stall(id, st, now, ARGV[6])
   save(id, st, payload)
-elseif delay > 0 then
-  local due = now + math.floor(delay)
-  st.s = 'w'
-  st.w = nil
-  st.e = ARGV[6]
-  st.due = fmt(due)
-  st.ut = fmt(now)
-  redis.call('ZADD', K_DELAYED, fmt(due), id)
-  save(id, st, payload)
-  state = 'w'
 else
   st.w = nil
   st.ut = fmt(now)

@@ -65,7 +65,7 @@ _HERE = Path(__file__).parent
 # (issue 30 item 1) was measured by EVALSHA (benchmarks/RESULTS.md, "Redis 7 function libraries").
 ROW_SCRIPTS = ("enqueue", "enqueue_if_absent", "reclaim", "migrate_in", "forget_finished", "forget_carried",
                "refetch_due")
-_RELEASED = {"q": "queued", "w": "delayed", "x": "dead"}  # release.lua's replies -> release()'s
+_RELEASED = {"q": "queued", "x": "dead"}  # release.lua's success replies -> release()'s results
 
 
 def _worker(worker: Any) -> str:
@@ -329,18 +329,14 @@ class TaskQueue(EnqueueOps, QueueReads, OperatorOps, CompletionOps, ScheduleOps)
         return str(reply[0])
 
     def release(self, task_id: str, *, token: int | None = None, worker: str | None = None,
-                count_stall: bool = True, reason: str = "worker lost", own_fault: bool = False,
-                delay: float = 0.0) -> str | None:
+                count_stall: bool = True, reason: str = "worker lost", own_fault: bool = False) -> str | None:
         """Give a running task back now instead of waiting for lease expiry.
 
         ``count_stall`` for a holder that died (fast failover; poison pills still end up dead);
         False for a graceful hand-back at shutdown. ``own_fault``: celery-ha's own code failed
         around the task (not the task's fault): no stall for the first four, the fifth counts
         one (``release.lua``), so a bug that fails every run still ends in dead with its
-        reason. ``delay`` (seconds, uncounted hand-backs only): the task waits that long before it is
-        queued again, its reason shown as its error, no attempt spent (a site whose robots.txt is
-        unreachable). Returns 'queued', 'delayed', 'dead' or None (not running under that
-        token/worker).
+        reason. Returns 'queued', 'dead' or None (not running under that token/worker).
         """
         task_id = _task_id(task_id)
         if token is not None:
@@ -348,9 +344,8 @@ class TaskQueue(EnqueueOps, QueueReads, OperatorOps, CompletionOps, ScheduleOps)
         if worker is not None:
             _worker(worker)
         counted = "f" if own_fault else "1" if count_stall else "0"
-        wait_ms = round(check_number("delay", delay, 0, 86400, "seconds") * 1000) if counted == "0" else 0
         reply = self._run("release", task_id, "" if token is None else token, worker or "", counted,
-                          clean_message(reason, MAX_ERROR_CHARS), wait_ms, shard=self._of(task_id))
+                          clean_message(reason, MAX_ERROR_CHARS), shard=self._of(task_id))
         return None if refused(reply) else _RELEASED.get(reply)
 
     def reclaim_expired(self, batch: int = SCRIPT_BATCH, max_batches: int = 1000,

@@ -405,31 +405,6 @@ def test_release_fast_failover_only_for_the_named_holder(q: TaskQueue, r: redis.
     check_invariants(r, q)
 
 
-def test_an_uncounted_hand_back_with_a_delay_waits_without_spending_an_attempt(q: TaskQueue,
-                                                                              r: redis.Redis) -> None:
-    """A task handed back with a delay (its site's robots.txt unreachable) waits that long, its reason
-    shown, no attempt or stall spent; a bad delay is refused in one line and leaves it running."""
-    tid = q.enqueue("https://example.com/a")
-    lease = q.claim_next("host:1")
-    for bad in (-1, float("nan"), "5", 86401):
-        with pytest.raises(InvalidInput, match="delay must be"):
-            q.release(tid, token=lease.token, count_stall=False, reason="robots", delay=bad)
-    assert q.get(tid).state == "running"
-    assert q.release(tid, token=lease.token, count_stall=False, reason="robots.txt unreachable",
-                     delay=1.5) == "delayed"
-    info = q.get(tid)
-    assert (info.state, info.attempts, info.stalls, info.error) == ("delayed", 0, 0, "robots.txt unreachable")
-    due = r.zscore(q.keys.delayed, tid)
-    assert due is not None and 1400 <= due - redis_ms(r) <= 1500
-    assert q.claim_next("host:1") is None  # not before its delay
-    again = wait_until(lambda: q.claim_next("host:1"), timeout=10)
-    assert again.task_id == tid and q.get(tid).attempts == 0
-    # A counted release (a holder that died) ignores the delay: the stall is what it spends.
-    assert q.release(tid, token=again.token, count_stall=True, delay=60) == "queued"
-    assert q.get(tid).stalls == 1 and r.zscore(q.keys.delayed, tid) is None
-    check_invariants(r, q)
-
-
 def test_reclaim_is_bounded_and_oldest_first(q: TaskQueue, r: redis.Redis) -> None:
     ids = q.enqueue_many([f"https://example.com/{i}" for i in range(30)])
     for _ in ids:

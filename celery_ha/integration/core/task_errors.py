@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from celery_ha.fetch.errors import FetchError, HostNotReady, NotModified, PermanentFetchError
-from celery_ha.fetch.robots import RobotsUnreachable
 
 __all__ = ["FetchError", "GracefulStop", "HostNotReady", "NotModified", "PermanentError",
-           "PermanentFetchError", "RobotsUnreachable", "is_permanent"]
+           "PermanentFetchError", "is_permanent"]
 
 
 class PermanentError(Exception):

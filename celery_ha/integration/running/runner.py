@@ -41,13 +41,7 @@ from celery.exceptions import Reject, SoftTimeLimitExceeded
 
 from celery_ha.base.errors import InvalidInput, LeaseLost
 from celery_ha.integration.core.services import Services, services, set_node
-from celery_ha.integration.core.task_errors import (
-    GracefulStop,
-    HostNotReady,
-    NotModified,
-    RobotsUnreachable,
-    is_permanent,
-)
+from celery_ha.integration.core.task_errors import GracefulStop, HostNotReady, NotModified, is_permanent
 from celery_ha.integration.core.task_spec import DurableTask
 from celery_ha.integration.core.tracing import attempt_started
 from celery_ha.integration.dispatch.pump import chain_window_open, gate_on, pump_quietly, refill_window
@@ -67,9 +61,6 @@ log = logging.getLogger(__name__)
 
 #: Seconds a message waits for Redis to take its claim before it goes back to the broker.
 CLAIM_PATIENCE = 5.0
-#: Least seconds a task handed back for an unreachable robots.txt waits (the held answer's time left
-#: may be about 0: the next claim would meet the same answer at once).
-ROBOTS_WAIT_MIN = 1.0
 
 _TASK_ID = re.compile(f"[{re.escape(ALPHABET)}]{{{ID_LEN}}}")
 #: The context's methods that check what the task's code hands them before anything is written, and
@@ -217,8 +208,6 @@ def _run_message(spec: DurableTask, celery_task: Any, task_id: str, refill: bool
         outcome = _hand_back(ctx, rt, "worker shutting down")
     except HostNotReady as exc:  # the host gate holds the host already: back to its queue, uncounted
         outcome = _hand_back(ctx, rt, str(exc))
-    except RobotsUnreachable as exc:  # an ungated request's site: its pages wait, uncounted (RFC 9309)
-        outcome = _hand_back(ctx, rt, str(exc), delay=max(ROBOTS_WAIT_MIN, exc.retry_after or 0.0))
     except SoftTimeLimitExceeded:
         if ctx.checkpoints_saved:
             outcome = _hand_back(ctx, rt, "soft time limit (progress saved)")
@@ -326,12 +315,10 @@ def _own_fault(ctx: DurableContext, rt: Services, exc: Exception) -> Outcome:
     return outcome
 
 
-def _hand_back(ctx: DurableContext, rt: Services, reason: str, own_fault: bool = False,
-               delay: float = 0.0) -> Outcome:
+def _hand_back(ctx: DurableContext, rt: Services, reason: str, own_fault: bool = False) -> Outcome:
     """Keep what was produced (keyed, so safe), then release the lease without counting a stall
     (``own_fault``: counted as celery-ha's own, see :func:`_own_fault`); the release is retried
-    while the lease lives (Redis may be coming back). ``delay``: the task waits that long before it
-    is queued again (no attempt spent)."""
+    while the lease lives (Redis may be coming back)."""
     try:
         ctx._commit(None)
     except (LeaseLost, redis.RedisError):
@@ -344,8 +331,7 @@ def _hand_back(ctx: DurableContext, rt: Services, reason: str, own_fault: bool =
     try:
         state = with_patience(lambda: rt.queue.release(ctx.task_id, token=ctx.lease.token,
                                                        worker=rt.worker_name, count_stall=False,
-                                                       reason=reason, own_fault=own_fault,
-                                                       delay=delay), deadline)
+                                                       reason=reason, own_fault=own_fault), deadline)
     except Exception as exc:
         log.warning("could not release task %s (%s): its lease will expire", ctx.task_id, exc)
         return Outcome("abandoned", ctx.task_id, ctx.url,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -76,6 +77,25 @@ def test_a_chain_takes_only_tasks_of_its_own_name(make_cluster, site) -> None:
     assert page_keys == sorted(site.case_url(n) for n in range(40) if n % 2 == 0 or n >= 30)
     assert all(len(site.hits(path=f"/case/{n}")) == 1 for n in range(40))
     assert cluster.q.stats()["claimed"] == 40
+    check_invariants(cluster.r, cluster.q)
+
+
+def test_a_chain_keeps_to_max_tasks_per_child(make_cluster, site) -> None:
+    """``--max-tasks-per-child 4`` (Celery counts messages, which a chain spares): a pool process
+    stops chaining once it ran 4 tasks, so Celery replaces it after at most 2 x 4 tasks, where one
+    process used to run every task of a 30-second chain."""
+    cluster = make_cluster(CELERY_HA_WINDOW="1", CELERY_HA_CHAIN="30")
+    site.delays["/case/"] = 0.02
+    ids = [cluster.q.enqueue(site.case_url(n), task="test_pid") for n in range(30)]
+    cluster.worker("w1", concurrency=1, args=("--max-tasks-per-child", "4"))
+    cluster.pump()
+    wait_for(lambda: cluster.all_completed(ids), timeout=90, message="every task completed")
+    by_task = dict(iter_items(cluster.r, cluster.namespace, with_keys=True))
+    assert sorted(by_task) == sorted(ids)
+    per_process = Counter(item["pid"] for item in by_task.values())
+    assert max(per_process.values()) <= 8, per_process
+    assert max(per_process.values()) >= 5, per_process  # the first 4 of each process chained
+    assert all(len(site.hits(path=f"/case/{n}")) == 1 for n in range(30))
     check_invariants(cluster.r, cluster.q)
 
 

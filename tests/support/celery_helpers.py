@@ -92,14 +92,15 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
-    def worker(self, name: str, concurrency: int = 2, wait: bool = True, heartbeat: bool = False, **env: Any
-               ) -> subprocess.Popen[bytes]:
+    def worker(self, name: str, concurrency: int = 2, wait: bool = True, heartbeat: bool = False,
+               args: tuple[str, ...] = (), **env: Any) -> subprocess.Popen[bytes]:
         """A ``celery worker`` of this cluster; ``heartbeat`` keeps Celery's worker heartbeat events
-        on (as in production: the worker's event loop publishes one every 2 s)."""
+        on (as in production: the worker's event loop publishes one every 2 s); ``args``: more
+        options of ``celery worker``."""
         node = f"{name}-{self.namespace}@localhost"
         quiet = ["--without-gossip", "--without-mingle", *([] if heartbeat else ["--without-heartbeat"])]
         proc = self._spawn(["worker", "-P", "prefork", "-c", str(concurrency), "-n", node, *quiet,
-                            "-l", "info"], name, {k: str(v) for k, v in env.items()})
+                            "-l", "info", *args], name, {k: str(v) for k, v in env.items()})
         proc.node = node  # type: ignore[attr-defined]
         if wait:
             wait_for(lambda: len(self.children(node)) >= concurrency, timeout=30,

@@ -49,6 +49,13 @@ def marker(ctx: DurableContext) -> None:
     ctx.emit({"token": ctx.lease.token, "pid": os.getpid()}, key=f"run-{ctx.lease.token}")
 
 
+@durable_task(name="test_pid")
+def pid(ctx: DurableContext) -> None:
+    """Fetch, then emit the pool process's pid keyed by the task: which process ran each task."""
+    ctx.fetch(ctx.url)
+    ctx.emit({"pid": os.getpid()}, key=ctx.task_id)
+
+
 @durable_task(name="test_die_once")
 def die_once(ctx: DurableContext) -> None:
     """Killed (SIGKILL of its own pool process) on its first attempt; completes on the next, after

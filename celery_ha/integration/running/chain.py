@@ -23,7 +23,11 @@ read at most every :data:`CHECK_EVERY` seconds of a chain; a broker whose lists 
 it at once there).
 
 What Celery sees: one message, whose result names the chained tasks' outcomes; Flower shows the
-message's first task only (celery-ha's ``tasks``, dashboard and metrics show every task).
+message's first task only (celery-ha's ``tasks``, dashboard and metrics show every task). Celery's
+``worker_max_tasks_per_child`` (or ``--max-tasks-per-child``) counts messages: a process that has
+run that many tasks stops chaining (:func:`set_recycle_after`, from the worker's ``celeryd_init``,
+before the fork), so from then on each message is one task and Celery replaces the process after
+at most twice that many tasks, as a team that recycles its processes against leaks expects.
 """
 
 from __future__ import annotations
@@ -63,6 +67,24 @@ def chain_seconds(celery_task: Any, chain: float) -> float:
 #: Seconds of a chain between two reads of the other namespaces' crawl queues.
 CHECK_EVERY = 0.1
 
+#: Tasks a pool process runs before it stops chaining (the worker's max tasks per child; empty: no
+#: bound), and the tasks this process has run under messages that may chain.
+_recycle_after: list[int] = []
+_tasks_run = [0]
+
+
+def set_recycle_after(max_tasks_per_child: Any) -> None:
+    """Remember the worker's ``worker_max_tasks_per_child`` (None or 0: processes are not recycled);
+    called in the worker's main process before the fork, so every pool process inherits it."""
+    bounded = isinstance(max_tasks_per_child, int) and max_tasks_per_child > 0
+    _recycle_after[:] = [max_tasks_per_child] if bounded else []
+
+
+def recycle_due() -> bool:
+    """Whether this process has run as many tasks as its worker lets a process run before Celery
+    replaces it: it chains no more (each message is then one task, which Celery counts)."""
+    return bool(_recycle_after) and _tasks_run[0] >= _recycle_after[0]
+
 
 class ChainBudget:
     """Whether a message's chain may take one more task: before its deadline, and while no other
@@ -77,7 +99,7 @@ class ChainBudget:
 
     def __call__(self) -> bool:
         now = time.monotonic()
-        if now >= self.until:
+        if now >= self.until or recycle_due():
             return False
         if self.others and now - self.checked >= CHECK_EVERY:
             self.checked = now
@@ -113,12 +135,14 @@ def run_chain(spec: DurableTask, celery_task: Any, task_id: str,
     stop = stop_handler()
     chained: list[Outcome] = []
     with stop.holding_lease():  # a SIGTERM between two tasks is noted: the chain ends below
+        _tasks_run[0] += 1
         first = outcome = run_message(spec, celery_task, task_id, may_chain=budget)
         while outcome.next_lease is not None:
             lease = outcome.next_lease
             if stop.stop_requested or stop.soft_limit:  # leased, not started: back to queued
                 release_unstarted(services(), lease)
                 break
+            _tasks_run[0] += 1
             outcome = run_message(spec, celery_task, lease.task_id, lease=lease, may_chain=budget)
             chained.append(outcome)
     return first, chained

@@ -41,6 +41,7 @@ from celery_ha.integration.core.services import namespace_of_queue, served, serv
 from celery_ha.integration.dispatch.sender import flush_sends
 from celery_ha.integration.patches.child_reaper import FastChildReaper
 from celery_ha.integration.running.celery_outcome import quiet_reject_tracebacks
+from celery_ha.integration.running.chain import set_recycle_after
 from celery_ha.integration.running.lease_keeper import keeper, stop_keeper
 from celery_ha.integration.worker.discovery import NamespaceDiscovery, namespace_ready
 from celery_ha.integration.worker.failover import on_child_lost
@@ -121,10 +122,13 @@ class WorkerHooks:
         return self
 
     def celeryd_init(self, sender: str | None = None, options: dict[str, Any] | None = None,
-                     **_: Any) -> None:
+                     conf: Any = None, **_: Any) -> None:
         self.start_check()
         self._refuse_bad_start()
         record_worker_queues(options)  # before the fork: a -Q of other queues beats no registry
+        # Before the fork too: a pool process stops chaining once it ran this many tasks.
+        set_recycle_after((options or {}).get("max_tasks_per_child")
+                          or getattr(conf, "worker_max_tasks_per_child", None))
         for warning in queue_warnings(served(), options):
             log.warning("celery-ha: %s", warning)
         if sender:

@@ -480,3 +480,22 @@ def test_celeryconfig_is_json_only_and_acks_late() -> None:
     assert out.stdout.strip() == (
         "True 1 ['json'] json True True False ['default.crawl', 'default.maintenance'] "
         "['celery-ha-dead-letters', 'celery-ha-proxy-health', 'celery-ha-sweep'] redis://127.0.0.1:2/3 True")
+
+
+def test_chains_stop_for_recycling_only_where_celery_recycles_pool_processes() -> None:
+    """The bound a chain keeps to (``chain.set_recycle_after``): the CLI's --max-tasks-per-child, else
+    the app's setting, for a prefork pool; none for a solo process, which Celery never replaces (its
+    chains would stop for good), nor without a bound."""
+    from celery.concurrency.prefork import TaskPool as PreforkPool
+    from celery.concurrency.solo import TaskPool as SoloPool
+
+    from celery_ha.integration.worker.hooks import recycle_bound
+
+    conf = SimpleNamespace(worker_pool="prefork", worker_max_tasks_per_child=7)
+    assert recycle_bound({"pool_cls": PreforkPool, "max_tasks_per_child": 4}, conf) == 4
+    assert recycle_bound({"pool_cls": PreforkPool, "max_tasks_per_child": None}, conf) == 7
+    assert recycle_bound({}, conf) == 7  # a worker started from code: the app's pool
+    assert recycle_bound({"pool_cls": SoloPool, "max_tasks_per_child": 4}, conf) is None
+    assert recycle_bound({}, SimpleNamespace(worker_pool="solo", worker_max_tasks_per_child=7)) is None
+    assert recycle_bound({"pool_cls": PreforkPool}, SimpleNamespace(worker_pool="prefork",
+                                                                     worker_max_tasks_per_child=None)) is None

@@ -70,6 +70,16 @@ def _logged(hook: Callable[..., None]) -> Callable[..., None]:
     return run
 
 
+def recycle_bound(options: dict[str, Any], conf: Any) -> int | None:
+    """Tasks a pool process may run before Celery replaces it (``--max-tasks-per-child`` or
+    ``worker_max_tasks_per_child``), where Celery does: a prefork pool; None elsewhere (a solo
+    process is never replaced, so its chains must not stop for it)."""
+    pool = options.get("pool_cls") or getattr(conf, "worker_pool", None) or "prefork"
+    if "prefork" not in (pool if isinstance(pool, str) else getattr(pool, "__module__", "")):
+        return None
+    bound = options.get("max_tasks_per_child") or getattr(conf, "worker_max_tasks_per_child", None)
+    return bound if isinstance(bound, int) and bound > 0 else None
+
 class WorkerHooks:
     """The hooks of one Celery app (see the module docstring)."""
 
@@ -126,9 +136,7 @@ class WorkerHooks:
         self.start_check()
         self._refuse_bad_start()
         record_worker_queues(options)  # before the fork: a -Q of other queues beats no registry
-        # Before the fork too: a pool process stops chaining once it ran this many tasks.
-        set_recycle_after((options or {}).get("max_tasks_per_child")
-                          or getattr(conf, "worker_max_tasks_per_child", None))
+        set_recycle_after(recycle_bound(options or {}, conf))  # before the fork too
         for warning in queue_warnings(served(), options):
             log.warning("celery-ha: %s", warning)
         if sender:

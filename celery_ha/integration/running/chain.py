@@ -73,11 +73,11 @@ _recycle_after: list[int] = []
 _tasks_run = [0]
 
 
-def set_recycle_after(max_tasks_per_child: Any) -> None:
-    """Remember the worker's ``worker_max_tasks_per_child`` (None or 0: processes are not recycled);
-    called in the worker's main process before the fork, so every pool process inherits it."""
-    bounded = isinstance(max_tasks_per_child, int) and max_tasks_per_child > 0
-    _recycle_after[:] = [max_tasks_per_child] if bounded else []
+def set_recycle_after(bound: int | None) -> None:
+    """Remember how many tasks a pool process may run before Celery replaces it (None: it is not
+    replaced; ``hooks.recycle_bound`` reads it); called in the worker's main process before the
+    fork, so every pool process inherits it."""
+    _recycle_after[:] = [bound] if bound else []
 
 
 def recycle_due() -> bool:

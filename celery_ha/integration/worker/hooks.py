@@ -80,6 +80,7 @@ def recycle_bound(options: dict[str, Any], conf: Any) -> int | None:
     bound = options.get("max_tasks_per_child") or getattr(conf, "worker_max_tasks_per_child", None)
     return bound if isinstance(bound, int) and bound > 0 else None
 
+
 class WorkerHooks:
     """The hooks of one Celery app (see the module docstring)."""
 
